@@ -1,0 +1,3 @@
+from partkeeper.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""Connecting to NATS with credentials from the configuration and reconnecting forever."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+from partkeeper.config import Config
+
+log = logging.getLogger(__name__)
+
+
+async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) -> Client:
+    """Connect, retrying while the server is unreachable; reconnect forever afterwards.
+
+    Services must not die when NATS restarts: the client buffers while reconnecting and the
+    durable consumers resume where they were.
+    """
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats connection error: %s", exc)
+
+    async def on_disconnect() -> None:
+        log.warning("nats disconnected; reconnecting")
+
+    async def on_reconnect() -> None:
+        log.info("nats reconnected")
+
+    options: dict[str, Any] = {
+        "servers": list(config.nats_urls),
+        "name": f"partkeeper-{name}-{config.node}",
+        "connect_timeout": connect_timeout,
+        "reconnect_time_wait": 0.5,
+        "max_reconnect_attempts": -1,
+        "allow_reconnect": True,
+        "error_cb": on_error,
+        "disconnected_cb": on_disconnect,
+        "reconnected_cb": on_reconnect,
+    }
+    if config.nats_user:
+        options["user"] = config.nats_user
+        options["password"] = config.nats_password or ""
+    if config.nats_creds:
+        options["user_credentials"] = config.nats_creds
+    return await nats.connect(**options)

@@ -1,0 +1,194 @@
+"""A durable pull-consumer runner: ack once the effect is durable, nak to retry, dead-letter poison.
+
+Handlers raise `Retry` for a temporary failure (nak with backoff) and `Permanent` for a message
+that can never succeed (terminate and copy to PK_DLQ). A message that cannot be decoded is
+permanent. The delivery limit is enforced here rather than by the server, so a message whose
+handler kills the process on every delivery still reaches the dead-letter stream in the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+from nats.js.errors import NotFoundError
+from opentelemetry import trace
+
+from partkeeper.bus import backoff
+from partkeeper.telemetry import tracing
+from schemas import SchemaError
+from schemas.names import CONSUMER, ConsumerSpec
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+
+
+class Retry(Exception):
+    """The effect could not be made durable now; redeliver after a delay."""
+
+    def __init__(self, reason: str, *, delay: float | None = None) -> None:
+        super().__init__(reason)
+        self.delay = delay
+
+
+class Permanent(Exception):
+    """The message can never be processed; dead-letter it."""
+
+
+@dataclass(slots=True)
+class Delivery:
+    msg: Msg
+    attempt: int
+
+    @property
+    def subject(self) -> str:
+        return self.msg.subject
+
+    async def progress(self) -> None:
+        """Tell the server the handler is still working (resets the ack wait)."""
+        await self.msg.in_progress()
+
+
+Decoder = Callable[[bytes], T]
+Handler = Callable[[T, Delivery], Awaitable[None]]
+
+
+class ConsumerRunner(Generic[T]):
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        stream: str,
+        durable: str,
+        filter_subject: str,
+        decode: Decoder[T],
+        handle: Handler[T],
+        dlq_subject: str,
+        spec: ConsumerSpec = CONSUMER,
+        batch: int = 16,
+        on_dead_letter: Callable[[str], None] | None = None,
+    ) -> None:
+        self.js = js
+        self.stream = stream
+        self.durable = durable
+        self.filter_subject = filter_subject
+        self.decode = decode
+        self.handle = handle
+        self.dlq_subject = dlq_subject
+        self.spec = spec
+        self.batch = batch
+        self.on_dead_letter = on_dead_letter
+        self.processed = 0
+        self.dead_lettered = 0
+
+    async def ensure(self) -> None:
+        """Create the durable consumer if it does not exist (idempotent across restarts)."""
+        config = api.ConsumerConfig(
+            durable_name=self.durable,
+            name=self.durable,
+            filter_subject=self.filter_subject,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            ack_wait=self.spec.ack_wait_seconds,
+            max_deliver=-1,
+            max_ack_pending=1000,
+        )
+        try:
+            await self.js.consumer_info(self.stream, self.durable)
+        except NotFoundError:
+            await self.js.add_consumer(self.stream, config=config)
+
+    async def run(self, *, fetch_timeout: float = 5.0) -> None:
+        """Fetch and process until cancelled. Long-polls: no busy loop when idle."""
+        await self.ensure()
+        sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(self.batch, timeout=fetch_timeout)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                    await asyncio.sleep(backoff.delay(1))
+                    continue
+                for msg in msgs:
+                    await self.process(msg)
+        finally:
+            await sub.unsubscribe()
+
+    async def lag(self) -> int:
+        """Messages not yet delivered to this consumer (for the consumer-lag metric)."""
+        info = await self.js.consumer_info(self.stream, self.durable)
+        return int(info.num_pending or 0)
+
+    async def process(self, msg: Msg) -> None:
+        attempt = msg.metadata.num_delivered
+        if attempt > self.spec.max_deliver:
+            await self._dead_letter(msg, f"gave up after {attempt - 1} deliveries", attempt)
+            return
+        try:
+            item = self.decode(msg.data)
+        except SchemaError as exc:
+            await self._dead_letter(msg, str(exc), attempt)
+            return
+        with _tracer.start_as_current_span(
+            f"consume {self.stream}",
+            context=tracing.extract(msg.headers),
+            attributes={"messaging.destination": msg.subject, "pk.attempt": attempt},
+        ):
+            await self._handle(msg, item, attempt)
+
+    async def _handle(self, msg: Msg, item: T, attempt: int) -> None:
+        try:
+            await self.handle(item, Delivery(msg, attempt))
+        except Permanent as exc:
+            await self._dead_letter(msg, str(exc), attempt)
+        except Retry as exc:
+            await self._retry(msg, str(exc), attempt, exc.delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an unexpected failure is retried, never silently acked
+            log.exception("handler failed on %s (attempt %d); will retry", msg.subject, attempt)
+            await self._retry(msg, f"{type(exc).__name__}: {exc}", attempt, None)
+        else:
+            await msg.ack_sync()
+            self.processed += 1
+
+    async def _retry(self, msg: Msg, reason: str, attempt: int, delay: float | None) -> None:
+        if attempt >= self.spec.max_deliver:
+            await self._dead_letter(msg, f"{reason} (after {attempt} deliveries)", attempt)
+            return
+        wait = delay if delay is not None else backoff.delay(attempt)
+        log.info("retrying %s in %.2fs: %s", msg.subject, wait, reason)
+        await msg.nak(delay=wait)
+
+    async def _dead_letter(self, msg: Msg, error: str, attempt: int) -> None:
+        seq = msg.metadata.sequence.stream
+        headers = {
+            "Nats-Msg-Id": f"dlq/{self.stream}/{seq}",
+            "Pk-Original-Subject": msg.subject,
+            "Pk-Original-Stream": self.stream,
+            "Pk-Original-Sequence": str(seq),
+            "Pk-Consumer": self.durable,
+            "Pk-Deliveries": str(attempt),
+            "Pk-Error": error[:1000].replace("\n", " "),
+        }
+        try:
+            await self.js.publish(self.dlq_subject, msg.data, headers=headers)
+        except Exception as exc:
+            # The copy is not durable: keep the original rather than lose it.
+            log.error("could not dead-letter %s (%s); will redeliver", msg.subject, exc)
+            await msg.nak(delay=backoff.delay(attempt))
+            return
+        log.error("dead-lettered %s seq %d to %s: %s", msg.subject, seq, self.dlq_subject, error)
+        await msg.term()
+        self.dead_lettered += 1
+        if self.on_dead_letter is not None:
+            self.on_dead_letter(error)

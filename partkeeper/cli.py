@@ -1,0 +1,62 @@
+"""The `partkeeper` command: run a service, the embedded stack, status, and the simulated driver."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SERVICES = ("watcher", "allocator", "reclaimer", "gc")
+
+
+def _run_service(args: argparse.Namespace) -> int:
+    module = importlib.import_module(f"services.{args.service}.main")
+    return int(module.main() or 0)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from partkeeper.stack import up
+
+    return up.main(args)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from partkeeper.stack import status
+
+    return status.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from partkeeper.drivers import sim_cli
+
+    parser = argparse.ArgumentParser(
+        prog="partkeeper",
+        description="Accelerator partitions for Kubernetes Pods, allocated and reclaimed safely.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one service in the foreground")
+    run.add_argument("service", choices=SERVICES)
+    run.set_defaults(func=_run_service)
+
+    up = sub.add_parser("up", help="embedded NATS, simulated cluster and cards, the four services")
+    up.add_argument("--demo", action="store_true", help="run the scripted scenario and exit")
+    up.add_argument("--workdir", help="where state and logs go (default: a temp dir)")
+    up.set_defaults(func=_up)
+
+    status = sub.add_parser("status", help="cards, partitions, claims and capacity, read from NATS")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=_status)
+
+    sim_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

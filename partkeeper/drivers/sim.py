@@ -1,0 +1,459 @@
+"""The `sim` driver: a faithful MIG model whose "hardware" is one JSON file under a file lock.
+
+Separate processes (allocator, reclaimer, tests, `partkeeper sim`) share one set of cards by sharing
+the file. Every operation is one transaction: lock, read, validate, mutate, write atomically
+(temp file + os.replace), unlock. A missing or corrupt file is a ReadError naming the file; it is
+never recreated behind the caller's back, because an empty "hardware" would read as "no partitions"
+and that is exactly the fail-open read partkeeper exists to avoid.
+
+Faithfulness that matters to the design: GPU-instance ids are the lowest free (from 1), and MIG
+device UUIDs are name-based (uuid5 of card uuid, GI id, CI id, profile, start), so a successor at
+the same slot reproduces its predecessor's identity, as measured on real hardware.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from filelock import FileLock, Timeout
+
+from partkeeper.drivers import profiles
+from partkeeper.drivers.base import (
+    Card,
+    DriverError,
+    IdentityMismatchError,
+    Instance,
+    InstanceSpec,
+    InUseError,
+    NotFoundError,
+    PlacementError,
+    ReadError,
+    UnknownError,
+)
+
+STATE_VERSION = 1
+LOCK_TIMEOUT_SECONDS = 30.0
+FAULT_OPS = ("create", "destroy", "list")
+FAULT_ERRORS = ("in_use", "unknown")
+LATENCY_OPS = ("create", "destroy")
+# Fixed so that identities are reproducible across processes and re-initialisations.
+_NAMESPACE = uuid.UUID("6f1c3a52-5d0e-4c47-9a7e-2b8f4e1d9c30")
+
+T = TypeVar("T")
+_Where = tuple[int | None, str | None]  # the card and instance an error names
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class SimInstance(msgspec.Struct, forbid_unknown_fields=True):
+    gi_id: int
+    ci_id: int
+    uuid: str
+    profile: str
+    start: int
+    size: int
+    busy: bool = False
+    state: Literal["ready", "destroying"] = "ready"
+    carved: bool = False  # made by hand (`sim carve`), i.e. foreign to the agent
+
+
+class SimCard(msgspec.Struct, forbid_unknown_fields=True):
+    index: int
+    uuid: str
+    model: str
+    mode: Literal["partition", "sliced"]
+    instances: list[SimInstance] = msgspec.field(default_factory=list)
+
+
+class Fault(msgspec.Struct, forbid_unknown_fields=True):
+    times: _Count
+    error: Literal["in_use", "unknown"] = "unknown"
+
+
+class SimState(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    cards: list[SimCard]
+    faults: dict[Literal["create", "destroy", "list"], Fault] = msgspec.field(default_factory=dict)
+    latency_ms: dict[Literal["create", "destroy"], _Count] = msgspec.field(default_factory=dict)
+
+
+def card_uuid(seed: str, index: int, model: str) -> str:
+    return f"GPU-{uuid.uuid5(_NAMESPACE, f'{seed}/card/{index}/{model}')}"
+
+
+def mig_uuid(card: str, gi_id: int, ci_id: int, profile: str, start: int) -> str:
+    """Name-based on purpose: a successor at the same slot and GI id gets the same UUID."""
+    return f"MIG-{uuid.uuid5(_NAMESPACE, f'{card}/{gi_id}/{ci_id}/{profile}/{start}')}"
+
+
+def _encode(state: SimState) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(state), indent=2) + b"\n"
+
+
+def _check(state: SimState) -> None:
+    """Semantic checks msgspec's schema cannot express. Raises ValueError naming the problem."""
+    if state.version != STATE_VERSION:
+        raise ValueError(f"version {state.version} is not the supported {STATE_VERSION}")
+    for position, card in enumerate(state.cards):
+        if card.index != position:
+            raise ValueError(f"card at position {position} has index {card.index}")
+        model = profiles.model(card.model)
+        if card.mode == "sliced" and card.instances:
+            raise ValueError(f"sliced card {position} holds partitions")
+        taken: list[SimInstance] = []
+        for inst in card.instances:
+            profile = model.profiles.get(inst.profile)
+            if profile is None or inst.start not in profile.starts or inst.size != profile.size:
+                raise ValueError(f"instance {inst.uuid} on card {position} has an illegal shape")
+            for other in taken:
+                if other.gi_id == inst.gi_id or profiles.overlaps(
+                    (inst.start, inst.size), (other.start, other.size)
+                ):
+                    raise ValueError(f"instances {other.uuid} and {inst.uuid} collide")
+            taken.append(inst)
+
+
+def _write(path: Path, state: SimState) -> None:
+    """Atomic: readers see the old or the new file, never a torn one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(_encode(state))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _lock_for(path: Path) -> FileLock:
+    # A fresh lock object per transaction: threads of one process then exclude each other too,
+    # because each holds its own open file description of the lock file.
+    return FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_SECONDS)
+
+
+def init_state(
+    path: str | os.PathLike[str],
+    cards: list[str],
+    sliced: list[str],
+    *,
+    force: bool = False,
+    seed: str = "",
+) -> dict[str, Any]:
+    """Create the state file: `cards` in partition mode first, then `sliced`, numbered from 0.
+
+    Refuses (FileExistsError) to replace an existing file unless `force`. `seed` varies the card
+    UUIDs, e.g. to simulate several nodes; the default keeps them reproducible.
+    """
+    target = Path(path)
+    names = [*cards, *sliced]
+    if not names:
+        raise ValueError("at least one card is needed")
+    for name in names:
+        profiles.model(name)  # UnknownModelError (a ValueError) names the known models
+    state = SimState(
+        version=STATE_VERSION,
+        cards=[
+            SimCard(i, card_uuid(seed, i, name), name, "partition" if i < len(cards) else "sliced")
+            for i, name in enumerate(names)
+        ],
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _lock_for(target):
+        if target.exists() and not force:
+            raise FileExistsError(f"the state file {target} already exists")
+        _write(target, state)
+    return _snapshot(state)
+
+
+def _lowest_free_gi(card: SimCard) -> int:
+    used = {inst.gi_id for inst in card.instances}
+    return next(gi_id for gi_id in itertools.count(1) if gi_id not in used)
+
+
+def _to_instance(card: SimCard, inst: SimInstance) -> Instance:
+    return Instance(
+        card.index, inst.profile, inst.start, inst.size, inst.gi_id, inst.ci_id, inst.uuid
+    )
+
+
+def _snapshot(state: SimState) -> dict[str, Any]:
+    """The `sim list --json` shape (DESIGN.md section 6): the state itself plus `memory_mib`."""
+    view: dict[str, Any] = msgspec.to_builtins(state)
+    for card in view["cards"]:
+        card["memory_mib"] = profiles.model(card["model"]).memory_mib
+        card["instances"].sort(key=lambda i: i["start"])
+    return view
+
+
+class SimDriver:
+    """The Driver protocol over a shared state file, plus the controls `partkeeper sim` uses."""
+
+    name = "sim"
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        self.path = Path(path)
+        self._sleep = sleep  # injectable so tests can hold an operation inside its latency
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, op: str) -> Iterator[None]:
+        if not self.path.exists():
+            # Checked before locking so that a mistyped path leaves no lock file behind.
+            raise ReadError(op, None, None, self._missing())
+        lock = _lock_for(self.path)
+        try:
+            lock.acquire()
+        except Timeout as exc:
+            cause = f"the state file {self.path} stayed locked for {LOCK_TIMEOUT_SECONDS:g} s"
+            raise UnknownError(op, None, None, cause) from exc
+        except OSError as exc:
+            raise ReadError(op, None, None, f"cannot lock {self.path}: {exc.strerror}") from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _missing(self) -> str:
+        return f"the state file {self.path} does not exist; create it with `partkeeper sim init`"
+
+    def _read(self, op: str) -> SimState:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            raise ReadError(op, None, None, self._missing()) from None
+        except OSError as exc:
+            raise ReadError(op, None, None, f"cannot read {self.path}: {exc.strerror}") from exc
+        try:
+            state = msgspec.json.decode(raw, type=SimState)
+            _check(state)
+        except (msgspec.DecodeError, ValueError) as exc:
+            cause = f"the state file {self.path} is corrupt ({exc})"
+            raise ReadError(op, None, None, cause) from exc
+        return state
+
+    def _transact(
+        self,
+        op: str,
+        mutate: Callable[[SimState], T],
+        fault: str = "",
+        where: _Where = (None, None),
+    ) -> T:
+        """The one writer: `mutate` raises before it changes anything, or returns."""
+        with self._locked(op):
+            state = self._read(op)
+            if fault and (error := _take_fault(state, fault, op, where)) is not None:
+                _write(self.path, state)  # the countdown must persist even though the op fails
+                raise error
+            before = _encode(state)
+            result = mutate(state)
+            if _encode(state) != before:
+                _write(self.path, state)
+            return result
+
+    def _latency(self, op: str) -> float:
+        return self._transact(op, lambda s: s.latency_ms.get(op, 0)) / 1000.0  # type: ignore[call-overload]
+
+    # -- the Driver protocol ------------------------------------------------------------------
+
+    def cards(self) -> list[Card]:
+        def read(state: SimState) -> list[Card]:
+            return [
+                Card(c.index, c.uuid, c.model, c.mode, profiles.model(c.model).memory_mib)
+                for c in state.cards
+            ]
+
+        return self._transact("list", read, "list")
+
+    def instances(self, card: int) -> list[Instance]:
+        def read(state: SimState) -> list[Instance]:
+            found = _card(state, card, "list", NotFoundError)
+            return [_to_instance(found, i) for i in sorted(found.instances, key=lambda i: i.start)]
+
+        return self._transact("list", read, "list", (card, None))
+
+    def create(self, spec: InstanceSpec) -> Instance:
+        delay = self._latency("create")
+        if delay:
+            # Slept outside the lock: other processes keep working, as they would on hardware.
+            self._sleep(delay)
+        place = partial(_place, spec=spec, op="create", carved=False)
+        return self._transact("create", place, "create", (spec.card, None))
+
+    def destroy(self, expected: Instance) -> None:
+        where = (expected.card, expected.uuid)
+        delay = self._transact(
+            "destroy", partial(_begin_destroy, expected=expected), "destroy", where
+        )
+        if delay:
+            # Not holding the lock: the instance stays listed (state "destroying") meanwhile.
+            self._sleep(delay)
+            self._transact("destroy", partial(_finish_destroy, expected=expected))
+
+    def is_busy(self, instance: Instance) -> bool:
+        return self._transact("busy", lambda s: _find(s, instance, "busy")[1].busy)
+
+    # -- controls (`partkeeper sim ...` and tests) --------------------------------------------
+
+    def carve(self, card: int, profile: str, start: int | None = None) -> Instance:
+        """Make an instance by hand, outside the agent (foreign); default the lowest free start."""
+
+        def mutate(state: SimState) -> Instance:
+            chosen = start if start is not None else _lowest_free_start(state, card, profile)
+            return _place(state, InstanceSpec(card, profile, chosen), "carve", True)
+
+        return self._transact("carve", mutate)
+
+    def set_busy(self, instance_uuid: str, on: bool) -> Instance:
+        """A process starts (on) or stops (off) holding the instance with that MIG UUID."""
+
+        def mutate(state: SimState) -> Instance:
+            for card in state.cards:
+                for inst in card.instances:
+                    if inst.uuid == instance_uuid:
+                        inst.busy = on
+                        return _to_instance(card, inst)
+            raise NotFoundError("busy", None, instance_uuid, "no instance has this UUID")
+
+        return self._transact("busy", mutate)
+
+    def fail(self, op: str, times: int, error: str = "unknown") -> dict[str, Any]:
+        """The next `times` driver calls of `op` fail (list failures are ReadErrors)."""
+        if op not in FAULT_OPS or error not in FAULT_ERRORS or times < 0:
+            raise ValueError(
+                f"cannot inject {times} {error!r} failures into {op!r}: op is one of "
+                f"{', '.join(FAULT_OPS)}, error one of {', '.join(FAULT_ERRORS)}, times >= 0"
+            )
+
+        def mutate(state: SimState) -> dict[str, Any]:
+            state.faults[op] = Fault(times, error)  # type: ignore[index, arg-type]
+            return {"op": op, "times": times, "error": error}
+
+        return self._transact("fail", mutate)
+
+    def latency(self, op: str, ms: int) -> dict[str, Any]:
+        """Every later `op` (create or destroy) takes `ms` milliseconds, until set to 0."""
+        if op not in LATENCY_OPS or ms < 0:
+            raise ValueError(f"cannot set latency {ms} ms on {op!r}: op is create or destroy")
+
+        def mutate(state: SimState) -> dict[str, Any]:
+            state.latency_ms[op] = ms  # type: ignore[index]
+            return {"op": op, "ms": ms}
+
+        return self._transact("latency", mutate)
+
+    def list(self) -> dict[str, Any]:
+        """Everything, shaped like `partkeeper sim list --json`. Never consumes injected faults."""
+        return self._transact("list", _snapshot)
+
+
+# -- pure transaction bodies (each raises before it mutates) ------------------------------------
+
+
+def _take_fault(state: SimState, op: str, label: str, where: _Where) -> DriverError | None:
+    fault = state.faults.get(op)  # type: ignore[call-overload]
+    if fault is None or fault.times <= 0:
+        return None
+    fault.times -= 1
+    cause = f"injected {fault.error} failure ({fault.times} more to come)"
+    kind = ReadError if op == "list" else InUseError if fault.error == "in_use" else UnknownError
+    return kind(label, *where, cause)
+
+
+def _card(state: SimState, index: int, op: str, error: type[DriverError]) -> SimCard:
+    if not 0 <= index < len(state.cards):
+        raise error(op, index, None, f"no such card; the node has {len(state.cards)}")
+    return state.cards[index]
+
+
+def _offered(card: SimCard, profile: str, op: str) -> profiles.Profile:
+    if card.mode != "partition":
+        raise PlacementError(op, card.index, None, "the card is in sliced mode, not partition")
+    offered = profiles.model(card.model).profiles
+    if profile not in offered:
+        names = ", ".join(offered)
+        cause = f"{card.model} has no profile {profile!r}; it offers {names}"
+        raise PlacementError(op, card.index, None, cause)
+    return offered[profile]
+
+
+def _collision(card: SimCard, start: int, size: int) -> SimInstance | None:
+    return next(
+        (i for i in card.instances if profiles.overlaps((start, size), (i.start, i.size))), None
+    )
+
+
+def _lowest_free_start(state: SimState, index: int, profile: str) -> int:
+    card = _card(state, index, "carve", PlacementError)
+    offered = _offered(card, profile, "carve")
+    for start in offered.starts:
+        if _collision(card, start, offered.size) is None:
+            return start
+    raise PlacementError("carve", index, None, f"no free placement for {profile} is left")
+
+
+def _place(state: SimState, spec: InstanceSpec, op: str, carved: bool) -> Instance:
+    card = _card(state, spec.card, op, PlacementError)
+    profile = _offered(card, spec.profile, op)
+    if spec.start not in profile.starts:
+        legal = ", ".join(map(str, profile.starts))
+        cause = f"start {spec.start} is not a legal placement of {spec.profile} (legal: {legal})"
+        raise PlacementError(op, card.index, None, cause)
+    other = _collision(card, spec.start, profile.size)
+    if other is not None:
+        last = spec.start + profile.size - 1
+        cause = f"slices {spec.start}-{last} overlap this {other.profile} at start {other.start}"
+        raise PlacementError(op, card.index, other.uuid, cause)
+    gi_id = _lowest_free_gi(card)
+    uuid_ = mig_uuid(card.uuid, gi_id, 0, spec.profile, spec.start)
+    inst = SimInstance(gi_id, 0, uuid_, spec.profile, spec.start, profile.size, carved=carved)
+    card.instances.append(inst)
+    return _to_instance(card, inst)
+
+
+def _find(state: SimState, expected: Instance, op: str) -> tuple[SimCard, SimInstance]:
+    card = _card(state, expected.card, op, NotFoundError)
+    for inst in card.instances:
+        if inst.gi_id != expected.gi_id:
+            continue
+        if (inst.uuid, inst.start, inst.profile) != (
+            expected.uuid,
+            expected.start,
+            expected.profile,
+        ):
+            cause = (
+                f"GPU instance {inst.gi_id} is {inst.profile} at start {inst.start}, {inst.uuid}"
+            )
+            raise IdentityMismatchError(op, card.index, expected.uuid, cause)
+        return card, inst
+    raise NotFoundError(op, card.index, expected.uuid, f"no GPU instance {expected.gi_id} exists")
+
+
+def _begin_destroy(state: SimState, expected: Instance) -> float:
+    card, inst = _find(state, expected, "destroy")
+    if inst.busy:
+        raise InUseError("destroy", card.index, inst.uuid, "processes are running on the instance")
+    delay = state.latency_ms.get("destroy", 0) / 1000.0
+    if delay:
+        inst.state = "destroying"
+    else:
+        card.instances.remove(inst)
+    return delay
+
+
+def _finish_destroy(state: SimState, expected: Instance) -> None:
+    card, inst = _find(state, expected, "destroy")
+    card.instances.remove(inst)

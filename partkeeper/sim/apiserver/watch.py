@@ -1,0 +1,156 @@
+"""Watch streams: the store's changes fanned out to each open watch, with bookmarks and timeouts.
+
+A stream is opened synchronously (initial events computed and the stream registered in one step
+on the event loop, so no change can fall between them), then pumped: every change reaches the
+stream's queue the moment the store commits it, and the pump writes it out. Nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import kinds
+from .errors import ApiError
+from .selectors import Selector
+from .store import ADDED, Change, Store
+
+BOOKMARK, ERROR = "BOOKMARK", "ERROR"
+Write = Callable[[bytes], Awaitable[None]]
+# What a stream's queue carries: a change, a raw line injected by a test, or the end.
+Item = Change | bytes | None
+
+
+def event_line(event_type: str, obj: Any) -> bytes:
+    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+@dataclass(eq=False)
+class WatchStream:
+    resource: str
+    namespace: str | None
+    selector: Selector
+    initial: list[tuple[str, Any]]
+    queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+
+    def event_for(self, change: Change) -> tuple[str, Any] | None:
+        if self.namespace is not None and change.namespace != self.namespace:
+            return None
+        return change.seen_through(self.selector)
+
+
+class WatchHub:
+    """Every open watch stream, and the switches tests use to disturb them."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._streams: set[WatchStream] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        store.subscribe(self._on_change)
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    def open(
+        self, resource: str, namespace: str | None, selector: Selector, since: int | None
+    ) -> WatchStream:
+        """Register a stream; raises Expired when `since` is older than the retained history.
+
+        Without `since` the stream starts with a synthetic ADDED for every matching object, as a
+        real watch from resourceVersion "" or "0" does.
+        """
+        if since is None:
+            objects = self._store.snapshot(resource, namespace, selector)
+            initial = [(ADDED, obj) for obj in objects]
+        else:
+            probe = WatchStream(resource, namespace, selector, [])
+            changes = self._store.changes_since(resource, since)
+            initial = [e for e in map(probe.event_for, changes) if e is not None]
+        stream = WatchStream(resource, namespace, selector, initial)
+        self._streams.add(stream)
+        return stream
+
+    def close(self, stream: WatchStream) -> None:
+        self._streams.discard(stream)
+
+    def end_all(self) -> None:
+        """End every open stream cleanly, as a server shutting down does."""
+        for stream in self._streams:
+            stream.queue.put_nowait(None)
+
+    def send_raw(self, resource: str, line: bytes) -> int:
+        """Write `line` (not validated) to every open stream of `resource`; returns how many."""
+        targets = [s for s in self._streams if s.resource == resource]
+        for stream in targets:
+            stream.queue.put_nowait(line)
+        return len(targets)
+
+    def stall(self, stalled: bool) -> None:
+        """While stalled, open streams deliver nothing (changes queue up) and send no bookmarks."""
+        if stalled:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    def _on_change(self, change: Change) -> None:
+        for stream in self._streams:
+            if stream.resource == change.resource:
+                stream.queue.put_nowait(change)
+
+    async def pump(
+        self, stream: WatchStream, write: Write, *, bookmark_every: float | None
+    ) -> None:
+        """Write the stream's events until it ends; the caller bounds it with timeoutSeconds."""
+        loop = asyncio.get_running_loop()
+        kind = kinds.KINDS[stream.resource]
+        for event_type, obj in stream.initial:
+            await write(event_line(event_type, obj))
+        next_bookmark = loop.time() + bookmark_every if bookmark_every else None
+        while True:
+            await self._flowing.wait()
+            if next_bookmark is not None and loop.time() >= next_bookmark:
+                if stream.queue.empty():
+                    # An empty queue means every change up to the store's version is delivered.
+                    await write(event_line(BOOKMARK, self._bookmark(kind)))
+                next_bookmark = loop.time() + (bookmark_every or 0)
+            item = await _next(stream.queue, next_bookmark, loop)
+            if item is _TIMEOUT:
+                continue
+            if item is None:
+                return
+            if isinstance(item, bytes):
+                await write(item)
+                continue
+            event = stream.event_for(item)
+            if event is not None:
+                await write(event_line(*event))
+
+    def _bookmark(self, kind: kinds.Kind) -> dict[str, Any]:
+        return {
+            "kind": kind.kind,
+            "apiVersion": kind.api_version,
+            "metadata": {"resourceVersion": str(self._store.resource_version)},
+        }
+
+
+_TIMEOUT: Any = object()
+
+
+async def _next(
+    queue: asyncio.Queue[Item], deadline: float | None, loop: asyncio.AbstractEventLoop
+) -> Any:
+    if deadline is None:
+        return await queue.get()
+    try:
+        return await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
+    except TimeoutError:
+        return _TIMEOUT
+
+
+def error_line(error: ApiError) -> bytes:
+    return event_line(ERROR, error.status())

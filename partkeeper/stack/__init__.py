@@ -1,0 +1,1 @@
+"""The embedded stack (`partkeeper up`) and `partkeeper status`."""

@@ -1,0 +1,1 @@
+"""Logging, tracing and metrics shared by the services."""

@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks that run real servers (never imported by services)."""

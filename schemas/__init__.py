@@ -1,0 +1,65 @@
+"""The wire contract: events, request/reply bodies, KV documents, subjects and stream configs.
+
+Imports nothing of ours. Every message is a msgspec struct encoded as JSON with `v` (schema
+version) and a `type` tag. Decode with the functions in `schemas.codec`, which raise
+`SchemaError` for anything unknown or malformed.
+"""
+
+from schemas.codec import SchemaError, decode, encode
+from schemas.documents import CardClaims, Claim, LiveInstance, NodeCapacity, PodRecord
+from schemas.events import (
+    ClaimChanged,
+    DestroyFailed,
+    ForeignFound,
+    ForeignGone,
+    PartitionEvent,
+    PodEvent,
+    PodFinished,
+    PodGone,
+    PodSeen,
+    WorkdirCollected,
+)
+from schemas.pods import ContainerRequest, validate_pod_uid
+from schemas.rpc import (
+    ClaimsQuery,
+    ClaimsReply,
+    PendingPodsQuery,
+    PendingPodsReply,
+    PodsGet,
+    PodsGetReply,
+    ReclaimNow,
+    ReclaimNowReply,
+    ReclaimOutcome,
+)
+
+__all__ = [
+    "CardClaims",
+    "Claim",
+    "ClaimChanged",
+    "ClaimsQuery",
+    "ClaimsReply",
+    "ContainerRequest",
+    "DestroyFailed",
+    "ForeignFound",
+    "ForeignGone",
+    "LiveInstance",
+    "NodeCapacity",
+    "PartitionEvent",
+    "PendingPodsQuery",
+    "PendingPodsReply",
+    "PodEvent",
+    "PodFinished",
+    "PodGone",
+    "PodRecord",
+    "PodSeen",
+    "PodsGet",
+    "PodsGetReply",
+    "ReclaimNow",
+    "ReclaimNowReply",
+    "ReclaimOutcome",
+    "SchemaError",
+    "WorkdirCollected",
+    "decode",
+    "encode",
+    "validate_pod_uid",
+]

@@ -1,0 +1,53 @@
+"""Encoding and strict decoding. Anything unknown or malformed raises one error: SchemaError."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from schemas.version import SUPPORTED
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+
+
+class SchemaError(ValueError):
+    """A payload could not be decoded: not JSON, unknown schema version, unknown type, bad field."""
+
+
+class _Envelope(msgspec.Struct):
+    v: Any = None
+    type: Any = None
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(data: bytes | str, kind: type[T] | Any, *, what: str = "message") -> T:
+    """Decode `data` as `kind` (a struct or a union of tagged structs), strictly.
+
+    The version is checked before the body so that a newer producer gets a message saying so
+    rather than a confusing field error.
+    """
+    try:
+        envelope = msgspec.json.decode(data, type=_Envelope)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SchemaError(f"{what} is not a JSON object: {exc}") from exc
+    if envelope.v is None:
+        raise SchemaError(f"{what} has no schema version field 'v'")
+    if not isinstance(envelope.v, int) or isinstance(envelope.v, bool):
+        raise SchemaError(f"{what} has a non-integer schema version {envelope.v!r}")
+    if envelope.v not in SUPPORTED:
+        supported = ", ".join(str(s) for s in sorted(SUPPORTED))
+        raise SchemaError(
+            f"{what} has schema version {envelope.v}, this build reads version(s) {supported}"
+        )
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as exc:
+        raise SchemaError(f"{what} (type {envelope.type!r}) is invalid: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise SchemaError(f"{what} is not valid JSON: {exc}") from exc

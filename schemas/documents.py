@@ -1,0 +1,94 @@
+"""KV documents: claims per card (pk-claims), the watcher's Pod view (pk-pods), capacity."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.events import ClaimState, GoneEvidence
+from schemas.pods import ContainerRequest, PodPhase, PodState
+from schemas.version import CURRENT
+
+ClaimKind = Literal["partition", "slice"]
+
+
+class LiveInstance(msgspec.Struct, frozen=True, kw_only=True):
+    """The identity the driver reported once the partition existed."""
+
+    gi_id: int
+    ci_id: int
+    uuid: str
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """Ownership of one partition (or one logical slice) by one container of one Pod.
+
+    Written as `creating` before the driver is asked to create anything (write-ahead). The spec
+    (card, profile, start, size) says what the partition should be; `instance` is filled only once
+    the hardware exists.
+    """
+
+    id: str
+    kind: ClaimKind = "partition"
+    state: ClaimState
+    pod_uid: str
+    namespace: str
+    name: str
+    container: str
+    resource: str
+    device_ids: list[str]
+    card: int
+    profile: str
+    start: int
+    size: int
+    instance: LiveInstance | None = None
+    created_at: float
+    updated_at: float
+    release_reason: str = ""
+    release_attempts: int = 0
+
+
+class CardClaims(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="CardClaims"):
+    """Every claim on one card. The KV revision of this document fences all writers of the card."""
+
+    v: int = CURRENT
+    node: str
+    card: int
+    claims: dict[str, Claim] = {}
+
+
+class PodRecord(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodRecord"):
+    """The watcher's view of one Pod, persisted so a restart neither re-announces nor forgets."""
+
+    v: int = CURRENT
+    node: str
+    uid: str
+    namespace: str
+    name: str
+    phase: PodPhase
+    state: PodState
+    deleting: bool = False
+    created: str = ""
+    containers: list[ContainerRequest] = []
+    resource_version: str
+    evidence: str = ""
+    gone_evidence: GoneEvidence | None = None
+    updated_at: float
+
+
+class ResourceCapacity(msgspec.Struct, frozen=True, kw_only=True):
+    total: int
+    healthy: int
+    unhealthy: int
+    free: int
+
+
+class NodeCapacity(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="NodeCapacity"):
+    """What the allocator advertises, per resource, and the free placements per profile per card."""
+
+    v: int = CURRENT
+    node: str
+    at: float
+    resources: dict[str, ResourceCapacity] = {}
+    free_per_card: dict[str, dict[str, int]] = {}

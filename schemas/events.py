@@ -1,0 +1,104 @@
+"""Events on the durable streams: Pod events (PK_PODS), the partition audit log (PK_PARTITIONS)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.pods import ContainerRequest, PodPhase
+from schemas.version import CURRENT
+
+GoneEvidence = Literal["deleted", "relist", "get-404", "get-other-uid"]
+ClaimState = Literal["creating", "active", "releasing", "removed"]
+
+
+class _PodEventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    v: int = CURRENT
+    node: str
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    observed_at: float
+
+
+class PodSeen(_PodEventBase, tag="PodSeen"):
+    """A Pod on this node appeared or changed in a field partkeeper cares about."""
+
+    phase: PodPhase
+    deleting: bool = False
+    created: str = ""
+    containers: list[ContainerRequest] = []
+
+
+class PodFinished(_PodEventBase, tag="PodFinished"):
+    """A Pod reached a terminal phase; its containers no longer run."""
+
+    phase: PodPhase
+
+
+class PodGone(_PodEventBase, tag="PodGone"):
+    """The API server confirmed the Pod no longer exists, with the evidence."""
+
+    evidence: GoneEvidence
+
+
+PodEvent = PodSeen | PodFinished | PodGone
+
+
+class _PartitionEventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    v: int = CURRENT
+    node: str
+    at: float
+
+
+class ClaimChanged(_PartitionEventBase, tag="ClaimChanged"):
+    """A claim moved to `state` (removed: the claim is gone from the store)."""
+
+    card: int
+    claim_id: str
+    pod_uid: str
+    namespace: str
+    name: str
+    container: str
+    profile: str
+    start: int
+    size: int
+    state: ClaimState
+    instance_uuid: str | None = None
+    reason: str = ""
+
+
+class DestroyFailed(_PartitionEventBase, tag="DestroyFailed"):
+    card: int
+    claim_id: str
+    pod_uid: str
+    instance_uuid: str
+    reason: str  # the driver error kind: in_use, unknown, ...
+    message: str
+    attempts: int
+
+
+class ForeignFound(_PartitionEventBase, tag="ForeignFound"):
+    """A physical instance that no claim describes: counted occupied, never destroyed by default."""
+
+    card: int
+    instance_uuid: str
+    profile: str
+    start: int
+    size: int
+
+
+class ForeignGone(_PartitionEventBase, tag="ForeignGone"):
+    card: int
+    instance_uuid: str
+    reaped: bool
+
+
+class WorkdirCollected(_PartitionEventBase, tag="WorkdirCollected"):
+    pod_uid: str
+    removed: list[str] = []
+
+
+PartitionEvent = ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected

@@ -1,0 +1,75 @@
+"""Request/reply bodies of the micro services: claims.query, pods.get, pods.pending, reclaim.now."""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.documents import Claim, PodRecord
+from schemas.pods import PodState
+from schemas.version import CURRENT
+
+
+class PodsGet(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodsGet"):
+    v: int = CURRENT
+    uid: str
+    fresh: bool = False
+
+
+class PodsGetReply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodsGetReply"):
+    v: int = CURRENT
+    uid: str
+    state: PodState
+    evidence: str
+    resource_version: str = ""
+    pod: PodRecord | None = None
+
+
+class PendingPodsQuery(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PendingPodsQuery"
+):
+    """Pending Pods on this node whose containers request `resource` in `quantity`."""
+
+    v: int = CURRENT
+    resource: str
+    quantity: int
+    fresh: bool = False
+
+
+class PendingPodsReply(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PendingPodsReply"
+):
+    v: int = CURRENT
+    pods: list[PodRecord] = []  # oldest first by (created, namespace, name)
+    resource_version: str = ""
+
+
+class ClaimsQuery(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="ClaimsQuery"):
+    """The claims of one Pod, or of the whole node when `pod_uid` is empty."""
+
+    v: int = CURRENT
+    pod_uid: str = ""
+
+
+class ClaimsReply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="ClaimsReply"):
+    v: int = CURRENT
+    claims: list[Claim] = []
+    revisions: dict[str, int] = {}  # card index (as str) -> KV revision the claims were read at
+
+
+class ReclaimNow(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="ReclaimNow"):
+    v: int = CURRENT
+    claim_ids: list[str]
+    reason: str = ""
+
+
+class ReclaimOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    claim_id: str
+    done: bool
+    reason: str
+
+
+class ReclaimNowReply(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="ReclaimNowReply"
+):
+    v: int = CURRENT
+    outcomes: list[ReclaimOutcome] = []
