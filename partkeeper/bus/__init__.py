@@ -1,5 +1,6 @@
 """The NATS bus: connection, topology, publishing, durable consumers and request/reply."""
 
+from partkeeper.bus import backoff
 from partkeeper.bus.connection import connect
 from partkeeper.bus.consumer import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.publish import publish
@@ -12,6 +13,7 @@ __all__ = [
     "Permanent",
     "RemoteError",
     "Retry",
+    "backoff",
     "connect",
     "ensure_topology",
     "publish",

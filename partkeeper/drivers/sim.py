@@ -41,11 +41,15 @@ from partkeeper.drivers.base import (
     UnknownError,
 )
 
+FaultOp = Literal["create", "destroy", "list"]
+FaultKind = Literal["in_use", "unknown"]
+LatencyOp = Literal["create", "destroy"]
+
 STATE_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 30.0
-FAULT_OPS = ("create", "destroy", "list")
-FAULT_ERRORS = ("in_use", "unknown")
-LATENCY_OPS = ("create", "destroy")
+FAULT_OPS: tuple[FaultOp, ...] = ("create", "destroy", "list")
+FAULT_ERRORS: tuple[FaultKind, ...] = ("in_use", "unknown")
+LATENCY_OPS: tuple[LatencyOp, ...] = ("create", "destroy")
 # Fixed so that identities are reproducible across processes and re-initialisations.
 _NAMESPACE = uuid.UUID("6f1c3a52-5d0e-4c47-9a7e-2b8f4e1d9c30")
 
@@ -76,14 +80,14 @@ class SimCard(msgspec.Struct, forbid_unknown_fields=True):
 
 class Fault(msgspec.Struct, forbid_unknown_fields=True):
     times: _Count
-    error: Literal["in_use", "unknown"] = "unknown"
+    error: FaultKind = "unknown"
 
 
 class SimState(msgspec.Struct, forbid_unknown_fields=True):
     version: int
     cards: list[SimCard]
-    faults: dict[Literal["create", "destroy", "list"], Fault] = msgspec.field(default_factory=dict)
-    latency_ms: dict[Literal["create", "destroy"], _Count] = msgspec.field(default_factory=dict)
+    faults: dict[FaultOp, Fault] = msgspec.field(default_factory=dict)
+    latency_ms: dict[LatencyOp, _Count] = msgspec.field(default_factory=dict)
 
 
 def card_uuid(seed: str, index: int, model: str) -> str:
@@ -249,13 +253,13 @@ class SimDriver:
         self,
         op: str,
         mutate: Callable[[SimState], T],
-        fault: str = "",
+        fault: FaultOp | None = None,
         where: _Where = (None, None),
     ) -> T:
         """The one writer: `mutate` raises before it changes anything, or returns."""
         with self._locked(op):
             state = self._read(op)
-            if fault and (error := _take_fault(state, fault, op, where)) is not None:
+            if fault is not None and (error := _take_fault(state, fault, op, where)) is not None:
                 _write(self.path, state)  # the countdown must persist even though the op fails
                 raise error
             before = _encode(state)
@@ -264,8 +268,8 @@ class SimDriver:
                 _write(self.path, state)
             return result
 
-    def _latency(self, op: str) -> float:
-        return self._transact(op, lambda s: s.latency_ms.get(op, 0)) / 1000.0  # type: ignore[call-overload]
+    def _latency(self, op: LatencyOp) -> float:
+        return self._transact(op, lambda s: s.latency_ms.get(op, 0)) / 1000.0
 
     # -- the Driver protocol ------------------------------------------------------------------
 
@@ -330,7 +334,7 @@ class SimDriver:
 
         return self._transact("busy", mutate)
 
-    def fail(self, op: str, times: int, error: str = "unknown") -> dict[str, Any]:
+    def fail(self, op: FaultOp, times: int, error: FaultKind = "unknown") -> dict[str, Any]:
         """The next `times` driver calls of `op` fail (list failures are ReadErrors)."""
         if op not in FAULT_OPS or error not in FAULT_ERRORS or times < 0:
             raise ValueError(
@@ -339,18 +343,18 @@ class SimDriver:
             )
 
         def mutate(state: SimState) -> dict[str, Any]:
-            state.faults[op] = Fault(times, error)  # type: ignore[index, arg-type]
+            state.faults[op] = Fault(times, error)
             return {"op": op, "times": times, "error": error}
 
         return self._transact("fail", mutate)
 
-    def latency(self, op: str, ms: int) -> dict[str, Any]:
+    def latency(self, op: LatencyOp, ms: int) -> dict[str, Any]:
         """Every later `op` (create or destroy) takes `ms` milliseconds, until set to 0."""
         if op not in LATENCY_OPS or ms < 0:
             raise ValueError(f"cannot set latency {ms} ms on {op!r}: op is create or destroy")
 
         def mutate(state: SimState) -> dict[str, Any]:
-            state.latency_ms[op] = ms  # type: ignore[index]
+            state.latency_ms[op] = ms
             return {"op": op, "ms": ms}
 
         return self._transact("latency", mutate)
@@ -363,8 +367,8 @@ class SimDriver:
 # -- pure transaction bodies (each raises before it mutates) ------------------------------------
 
 
-def _take_fault(state: SimState, op: str, label: str, where: _Where) -> DriverError | None:
-    fault = state.faults.get(op)  # type: ignore[call-overload]
+def _take_fault(state: SimState, op: FaultOp, label: str, where: _Where) -> DriverError | None:
+    fault = state.faults.get(op)
     if fault is None or fault.times <= 0:
         return None
     fault.times -= 1

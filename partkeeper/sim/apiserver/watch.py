@@ -103,13 +103,21 @@ class WatchHub:
                 stream.queue.put_nowait(change)
 
     async def pump(
-        self, stream: WatchStream, write: Write, *, bookmark_every: float | None
+        self,
+        stream: WatchStream,
+        write: Write,
+        *,
+        bookmark_every: float | None,
+        convert: Callable[[Any], Any] = lambda obj: obj,
     ) -> None:
-        """Write the stream's events until it ends; the caller bounds it with timeoutSeconds."""
+        """Write the stream's events until it ends; the caller bounds it with timeoutSeconds.
+
+        `convert` shows a stored object as the watching API does (events.k8s.io renames fields).
+        """
         loop = asyncio.get_running_loop()
         kind = kinds.KINDS[stream.resource]
         for event_type, obj in stream.initial:
-            await write(event_line(event_type, obj))
+            await write(event_line(event_type, convert(obj)))
         next_bookmark = loop.time() + bookmark_every if bookmark_every else None
         while True:
             await self._flowing.wait()
@@ -128,7 +136,7 @@ class WatchHub:
                 continue
             event = stream.event_for(item)
             if event is not None:
-                await write(event_line(*event))
+                await write(event_line(event[0], convert(event[1])))
 
     def _bookmark(self, kind: kinds.Kind) -> dict[str, Any]:
         return {

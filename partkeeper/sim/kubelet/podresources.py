@@ -43,13 +43,9 @@ def to_message(pod: PodAssignment) -> pb.PodResources:
                     for resource, ids in sorted(devices.items())
                 ],
             )
-            for cname, devices in containers_in_order(pod)
+            for cname, devices in pod.containers.items()
         ],
     )
-
-
-def containers_in_order(pod: PodAssignment) -> list[tuple[str, Mapping[str, Sequence[str]]]]:
-    return list(pod.containers.items())
 
 
 class PodResourcesServer(podresources_pb2_grpc.PodResourcesListerServicer):

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from partkeeper.sim.kubelet.changes import Changes
 from partkeeper.sim.kubelet.pods import PodEvent, PodView, pod_from_manifest
 
 
@@ -49,7 +50,7 @@ class MemoryPodSource:
     def __init__(self) -> None:
         self._pods: dict[str, PodView] = {}
         self._events: asyncio.Queue[PodEvent] = asyncio.Queue()
-        self._changed = asyncio.Event()
+        self._changes = Changes()
         self.reports: dict[str, list[PhaseReport]] = {}
         self.finalized: list[str] = []
 
@@ -77,10 +78,7 @@ class MemoryPodSource:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Return once `predicate()` holds; TimeoutError after `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                self._changed.clear()
-                await self._changed.wait()
+        await self._changes.wait_for(predicate, timeout)
 
     # -- the PodSource side ----------------------------------------------------------------
 
@@ -120,4 +118,4 @@ class MemoryPodSource:
         self._touch()
 
     def _touch(self) -> None:
-        self._changed.set()
+        self._changes.touch()

@@ -1,0 +1,56 @@
+"""What exists against what is claimed, for one card: a pure classification of a snapshot.
+
+Used by the reclaimer (what to destroy, what is foreign), the allocator (capacity) and status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from partkeeper.drivers.base import Instance
+from schemas import CardClaims, Claim
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    owned: dict[str, Instance] = field(default_factory=dict)  # claim id -> its recorded instance
+    unrecorded: dict[str, Instance] = field(default_factory=dict)  # claim id -> one at its spec
+    vanished: list[str] = field(default_factory=list)  # claims whose recorded instance is gone
+    foreign: list[Instance] = field(default_factory=list)  # instances no claim describes
+
+
+def _at_spec(claim: Claim, inst: Instance) -> bool:
+    return inst.profile == claim.profile and inst.start == claim.start
+
+
+def classify(doc: CardClaims, instances: list[Instance]) -> Inventory:
+    """Match physical instances to the card's partition claims.
+
+    A claim with a recorded identity owns the instance with that UUID and GI id. A claim without
+    one (creating, or released mid-create) is matched to an instance exactly at its spec, which is
+    what a create interrupted by a crash leaves behind. Every other instance is foreign.
+    """
+    inv = Inventory()
+    by_uuid = {(i.uuid, i.gi_id): i for i in instances}
+    used: set[tuple[str, int]] = set()
+    partitions = [c for c in doc.claims.values() if c.kind == "partition"]
+    for claim in partitions:
+        if claim.instance is None:
+            continue
+        key = (claim.instance.uuid, claim.instance.gi_id)
+        if key in by_uuid:
+            inv.owned[claim.id] = by_uuid[key]
+            used.add(key)
+        else:
+            inv.vanished.append(claim.id)
+    for claim in partitions:
+        if claim.instance is not None:
+            continue
+        for inst in instances:
+            key = (inst.uuid, inst.gi_id)
+            if key not in used and _at_spec(claim, inst):
+                inv.unrecorded[claim.id] = inst
+                used.add(key)
+                break
+    inv.foreign.extend(i for i in instances if (i.uuid, i.gi_id) not in used)
+    return inv

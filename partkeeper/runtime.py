@@ -1,0 +1,82 @@
+"""How a service process starts and stops: config, logs, tracing, metrics, signals, NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client
+
+from partkeeper import bus
+from partkeeper.config import Config, ConfigError, load
+from partkeeper.faults import FaultSpecError
+from partkeeper.telemetry import logs, metrics, tracing
+
+log = logging.getLogger(__name__)
+
+ServiceBody = Callable[[Config, Client], Awaitable[None]]
+
+
+def run(name: str, body: ServiceBody) -> int:
+    """Run `body(config, nats)` until SIGTERM/SIGINT; exit 2 with one sentence on bad config."""
+    logs.setup(name)
+    try:
+        config = load()
+    except (ConfigError, FaultSpecError) as exc:
+        print(f"partkeeper {name}: {exc}", file=sys.stderr)
+        return 2
+    tracing.setup(name)
+    try:
+        metrics.serve(config.metrics_port_for(name))
+    except OSError as exc:
+        print(f"partkeeper {name}: metrics port: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_main(name, config, body))
+    finally:
+        tracing.shutdown()
+    return 0
+
+
+async def _main(name: str, config: Config, body: ServiceBody) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    nc = await connect_until_ready(config, name, stop)
+    if nc is None:
+        return
+    try:
+        await bus.ensure_topology(nc.jetstream())
+        task = asyncio.create_task(body(config, nc), name=f"{name}-body")
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            task.result()  # a crashed body ends the process with its error
+        log.info("%s stopping", name)
+        for t in (task, stopper):
+            t.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.drain()
+
+
+async def connect_until_ready(config: Config, name: str, stop: asyncio.Event) -> Client | None:
+    """Connect to NATS, retrying with backoff until it answers or the process is told to stop."""
+    attempt = 0
+    while not stop.is_set():
+        attempt += 1
+        try:
+            return await bus.connect(config, name)
+        except Exception as exc:
+            wait = bus.backoff.delay(attempt, base=0.5, cap=10)
+            log.warning("cannot reach NATS at %s (%s); retrying in %.1fs",
+                        ",".join(config.nats_urls), exc, wait)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+    return None

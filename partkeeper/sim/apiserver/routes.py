@@ -1,0 +1,112 @@
+"""The URL map of the simulated API server and the middleware that turns failures into Status.
+
+Paths follow the real API: core resources under /api/v1, Events also under
+/apis/events.k8s.io/v1, namespaced collections under /namespaces/{namespace}/.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from aiohttp import web
+
+from . import discovery, events
+from .errors import ApiError, MethodNotAllowed, NotFound, ServiceUnavailable
+from .http import Handler, Resource, View, error_reply, reply
+from .state import ServerState
+
+log = logging.getLogger(__name__)
+
+PODS = View("pods", "PodList", "v1")
+NODES = View("nodes", "NodeList", "v1")
+CORE_EVENTS = View("events", "EventList", "v1")
+GROUP_EVENTS = View(
+    "events", "EventList", events.EVENTS_API,
+    to_wire=events.from_core, from_wire=events.to_core, field_names=events.core_field_selector,
+)
+
+
+def build_app(state: ServerState) -> web.Application:
+    app = web.Application(middlewares=[_middleware(state)])
+    router = app.router
+    for path in ("/healthz", "/readyz", "/livez"):
+        router.add_get(path, _ok)
+    _add_discovery(router)
+    pods = Resource(state, PODS)
+    _add_resource(router, "/api/v1", "pods", pods, namespaced=True, status=True)
+    router.add_post("/api/v1/namespaces/{namespace}/pods/{name}/binding", pods.bind)
+    nodes = Resource(state, NODES)
+    _add_resource(router, "/api/v1", "nodes", nodes, namespaced=False, status=True)
+    _add_resource(router, "/api/v1", "events", Resource(state, CORE_EVENTS), namespaced=True)
+    group_events = Resource(state, GROUP_EVENTS)
+    _add_resource(router, "/apis/events.k8s.io/v1", "events", group_events, namespaced=True)
+    return app
+
+
+def _add_resource(
+    router: web.UrlDispatcher, prefix: str, plural: str, resource: Resource, *,
+    namespaced: bool, status: bool = False,
+) -> None:
+    router.add_get(f"{prefix}/{plural}", resource.collection)
+    base = f"{prefix}/namespaces/{{namespace}}/{plural}" if namespaced else f"{prefix}/{plural}"
+    if namespaced:
+        router.add_get(base, resource.collection)
+    router.add_post(base, resource.create)
+    item = f"{base}/{{name}}"
+    router.add_get(item, resource.get)
+    router.add_put(item, resource.replace)
+    router.add_patch(item, resource.patch)
+    router.add_delete(item, resource.delete)
+    if status:
+        router.add_get(f"{item}/status", resource.get)
+        router.add_put(f"{item}/status", functools.partial(resource.replace, subresource="status"))
+        router.add_patch(f"{item}/status", functools.partial(resource.patch, subresource="status"))
+
+
+def _add_discovery(router: web.UrlDispatcher) -> None:
+    async def version(_: web.Request) -> web.Response:
+        return reply(discovery.VERSION)
+
+    async def api(request: web.Request) -> web.Response:
+        return reply(discovery.api_versions(request.host))
+
+    async def core(_: web.Request) -> web.Response:
+        return reply(discovery.core_resources())
+
+    async def groups(_: web.Request) -> web.Response:
+        return reply(discovery.api_groups())
+
+    async def events_group(_: web.Request) -> web.Response:
+        return reply(discovery.events_group())
+
+    async def events_resources(_: web.Request) -> web.Response:
+        return reply(discovery.events_resources())
+
+    router.add_get("/version", version)
+    router.add_get("/api", api)
+    router.add_get("/api/v1", core)
+    router.add_get("/apis", groups)
+    router.add_get("/apis/events.k8s.io", events_group)
+    router.add_get("/apis/events.k8s.io/v1", events_resources)
+
+
+async def _ok(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def _middleware(state: ServerState) -> web.middleware:  # type: ignore[valid-type]
+    @web.middleware
+    async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if state.unavailable:
+            return error_reply(ServiceUnavailable("the simulated API server is unavailable"))
+        try:
+            return await handler(request)
+        except ApiError as error:
+            return error_reply(error)
+        except web.HTTPNotFound:
+            return error_reply(NotFound("the server could not find the requested resource"))
+        except web.HTTPMethodNotAllowed:
+            return error_reply(MethodNotAllowed(f"{request.method} is not supported here"))
+
+    return handle
