@@ -66,6 +66,11 @@ class Invalid(ApiError):
     reason = "Invalid"
 
 
+class InternalError(ApiError):
+    code = 500
+    reason = "InternalError"
+
+
 class ServiceUnavailable(ApiError):
     code = 503
     reason = "ServiceUnavailable"

@@ -18,7 +18,7 @@ from . import selectors
 from .errors import ApiError, BadRequest, Expired, NotFound, status_object
 from .state import ServerState
 from .store import parse_rv
-from .watch import error_line, event_line
+from .watch import error_line
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 JSON = "application/json"

@@ -6,13 +6,14 @@ Paths follow the real API: core resources under /api/v1, Events also under
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 
 from aiohttp import web
 
 from . import discovery, events
-from .errors import ApiError, MethodNotAllowed, NotFound, ServiceUnavailable
+from .errors import ApiError, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable
 from .http import Handler, Resource, View, error_reply, reply
 from .state import ServerState
 
@@ -108,5 +109,11 @@ def _middleware(state: ServerState) -> web.middleware:  # type: ignore[valid-typ
             return error_reply(NotFound("the server could not find the requested resource"))
         except web.HTTPMethodNotAllowed:
             return error_reply(MethodNotAllowed(f"{request.method} is not supported here"))
+        except (web.HTTPException, asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as error:
+            # A bug here must reach the client as a 500 it can see, not as a dropped connection.
+            log.exception("simulated API server failed on %s %s", request.method, request.path)
+            return error_reply(InternalError(f"internal error: {error!r}"))
 
     return handle

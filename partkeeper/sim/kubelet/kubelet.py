@@ -1,0 +1,427 @@
+"""The simulated kubelet: device-plugin registration, Pod admission, device accounting, freeing.
+
+Pod events are handled one at a time, as kubelet's sync loop does: admission (including the
+plugin's Allocate) runs inline, so a slow Allocate delays the handling of every later Pod event.
+Stopping a deleted Pod's containers runs in a per-Pod worker, as kubelet's pod workers do.
+Devices are held by Pods in a holding state (`HOLDING`); the moment a Pod stops they are free for
+the next admission, before the plugin has had any chance to tidy up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections import deque
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from partkeeper.kubelet import deviceplugin_pb2
+from partkeeper.sim.kubelet.admission import (
+    DeviceRequest,
+    choose,
+    device_requests,
+    find_shortage,
+    free_devices,
+)
+from partkeeper.sim.kubelet.changes import Changes
+from partkeeper.sim.kubelet.plugins import PluginCallError, PluginRegistry
+from partkeeper.sim.kubelet.podresources import PodAssignment, PodResourcesServer
+from partkeeper.sim.kubelet.pods import PodEvent, PodView
+from partkeeper.sim.kubelet.source import PodSource
+
+log = logging.getLogger(__name__)
+
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+CREATE_CONTAINER_ERROR = "CreateContainerError"
+
+
+class AdmissionError(RuntimeError):
+    """kubelet could not give a container its devices; the Pod fails admission."""
+
+
+class PodState(enum.Enum):
+    ADMITTING = "admitting"  # devices chosen so far are held
+    RUNNING = "running"
+    START_FAILED = "start_failed"  # admitted, PreStartContainer failed; devices stay held
+    REJECTED = "rejected"  # failed admission
+    TERMINATING = "terminating"  # deletion requested, containers stopping
+    TERMINATED = "terminated"  # containers stopped
+
+
+HOLDING = frozenset({PodState.ADMITTING, PodState.RUNNING, PodState.START_FAILED,
+                     PodState.TERMINATING})
+
+
+@dataclass
+class ContainerRecord:
+    name: str
+    devices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Chosen for an Allocate still in flight: held, but not yet reported by pod-resources.
+    pending: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    responses: dict[str, deviceplugin_pb2.ContainerAllocateResponse] = field(default_factory=dict)
+
+
+@dataclass
+class PodRecord:
+    pod: PodView
+    state: PodState
+    containers: dict[str, ContainerRecord]
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    finalized: bool = False
+    gone: bool = False
+    worker: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def holds_devices(self) -> bool:
+        return self.state in HOLDING
+
+
+class SimKubelet:
+    """A kubelet for one node, fed by a `PodSource`.
+
+    `kubelet_dir` holds kubelet.sock and the plugins' sockets; `pod_resources_socket`, when given,
+    serves pod-resources v1. `termination_delay` is how long a deleted Pod's containers take to
+    stop (its grace period); during it the Pod is terminating and keeps its devices.
+    """
+
+    def __init__(
+        self,
+        kubelet_dir: Path,
+        source: PodSource,
+        *,
+        pod_resources_socket: Path | None = None,
+        termination_delay: float = 0.0,
+        allocate_timeout: float | None = None,
+        connect_timeout: float = 10.0,
+        clean_plugin_sockets: bool = True,
+    ) -> None:
+        self._source = source
+        self._changes = Changes()
+        self._plugins = PluginRegistry(
+            Path(kubelet_dir),
+            self._changes.touch,
+            connect_timeout=connect_timeout,
+            clean_plugin_sockets=clean_plugin_sockets,
+        )
+        self._podres = (
+            PodResourcesServer(Path(pod_resources_socket), self.assignments, self.allocatable)
+            if pod_resources_socket is not None
+            else None
+        )
+        self._termination_delay = termination_delay
+        self._allocate_timeout = allocate_timeout
+        self._pods: dict[str, PodRecord] = {}
+        self._gone: deque[PodRecord] = deque(maxlen=256)
+        self._sync_task: asyncio.Task[None] | None = None
+        self.sync_error: BaseException | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._plugins.start()
+        if self._podres is not None:
+            await self._podres.start()
+        self._sync_task = asyncio.create_task(self._sync_loop(), name="sim-kubelet sync loop")
+
+    async def stop(self) -> None:
+        tasks = [r.worker for r in self._pods.values() if r.worker and not r.worker.done()]
+        if self._sync_task is not None:
+            tasks.append(self._sync_task)
+            self._sync_task = None
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._plugins.stop()
+        if self._podres is not None:
+            await self._podres.stop()
+
+    async def restart(self) -> None:
+        """Re-create kubelet.sock as a restarting kubelet does, so plugins must register again.
+
+        Pods and their device assignments survive (kubelet keeps them in its checkpoint); the
+        plugins' connections and device lists do not, and plugin sockets are deleted.
+        """
+        await self._plugins.restart()
+
+    async def __aenter__(self) -> SimKubelet:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- what tests and the stack read -----------------------------------------------------
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self._plugins.socket_path
+
+    @property
+    def registrations(self) -> list[deviceplugin_pb2.RegisterRequest]:
+        return list(self._plugins.registrations)
+
+    @property
+    def connect_errors(self) -> list[str]:
+        return list(self._plugins.connect_errors)
+
+    def devices(self, resource: str) -> dict[str, str]:
+        """Device ID -> health, as the resource's plugin last listed them."""
+        endpoint = self._plugins.endpoints.get(resource)
+        return dict(endpoint.devices) if endpoint else {}
+
+    def options(self, resource: str) -> deviceplugin_pb2.DevicePluginOptions | None:
+        endpoint = self._plugins.endpoints.get(resource)
+        return endpoint.options if endpoint else None
+
+    def free(self, resource: str) -> list[str]:
+        """Healthy devices of `resource` no Pod holds: what the next admission may use."""
+        return free_devices(self._plugins.healthy(resource), self._taken().get(resource, set()))
+
+    def record(self, uid: str) -> PodRecord | None:
+        """The kubelet's record of a Pod, also for a while after the Pod object is gone."""
+        if uid in self._pods:
+            return self._pods[uid]
+        return next((r for r in reversed(self._gone) if r.pod.uid == uid), None)
+
+    def assignments(self) -> list[PodAssignment]:
+        return [
+            PodAssignment(
+                rec.pod.namespace,
+                rec.pod.name,
+                {c.name: dict(c.devices) if rec.holds_devices else {} for c in rec.containers.values()},
+            )
+            for rec in self._pods.values()
+        ]
+
+    def allocatable(self) -> dict[str, list[str]]:
+        return {r: sorted(self._plugins.healthy(r)) for r in self._plugins.endpoints}
+
+    async def wait_for(self, predicate: Any, timeout: float) -> None:
+        """Return once `predicate()` holds after some change; TimeoutError after `timeout` s."""
+        await self._changes.wait_for(predicate, timeout)
+
+    # -- telling the kubelet that containers exited ----------------------------------------
+
+    async def finish(
+        self, uid: str, phase: str = "Succeeded", reason: str = "", message: str = ""
+    ) -> None:
+        """The Pod's containers exited: free its devices now and report `phase`."""
+        rec = self._pods.get(uid)
+        if rec is None:
+            raise KeyError(f"the kubelet has no Pod with uid {uid}")
+        match rec.state:
+            case PodState.RUNNING | PodState.START_FAILED:
+                self._set_state(rec, PodState.TERMINATED)
+                await self._report(rec, phase, reason, message)
+            case _:
+                raise ValueError(f"Pod {rec.pod.key} ({uid}) is {rec.state.value}, not running")
+
+    # -- the sync loop ---------------------------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        try:
+            async for event in self._source.pods():
+                await self._handle_safely(event)
+        except Exception as exc:
+            self.sync_error = exc
+            log.exception("the Pod source failed; the kubelet handles no more Pod events")
+            self._changes.touch()
+
+    async def _handle_safely(self, event: PodEvent) -> None:
+        try:
+            await self._handle(event)
+        except Exception:
+            # One bad event must not stop the node: later Pods still need admitting and freeing.
+            log.exception("handling %s of Pod %s failed", event.kind, event.pod.uid)
+
+    async def _handle(self, event: PodEvent) -> None:
+        rec = self._pods.get(event.pod.uid)
+        if event.kind == "deleted":
+            self._on_deleted(event.pod, rec)
+        elif rec is None:
+            await self._on_new(event.pod)
+        else:
+            rec.pod = event.pod
+            self._on_update(rec)
+
+    async def _on_new(self, pod: PodView) -> None:
+        if not (pod.finished or pod.deletion_requested or pod.phase == "Running"):
+            await self._admit(pod)
+            return
+        state = PodState.RUNNING if pod.phase == "Running" and not pod.finished else PodState.TERMINATED
+        rec = PodRecord(pod, state, {c.name: ContainerRecord(c.name) for c in pod.containers},
+                        phase=pod.phase)
+        self._pods[pod.uid] = rec
+        if state is PodState.RUNNING:
+            # No checkpoint survives this process, so its earlier device assignment is unknown.
+            log.warning("Pod %s (%s) already running; adopted without devices", pod.key, pod.uid)
+        self._changes.touch()
+        self._on_update(rec)
+
+    def _on_update(self, rec: PodRecord) -> None:
+        pod = rec.pod
+        match rec.state:
+            case PodState.ADMITTING | PodState.TERMINATING:
+                return
+            case PodState.RUNNING | PodState.START_FAILED:
+                if pod.deletion_requested:
+                    self._spawn(rec, self._terminate(rec))
+                elif pod.finished:
+                    log.info("Pod %s (%s) finished as %s", pod.key, pod.uid, pod.phase)
+                    rec.phase = pod.phase
+                    self._set_state(rec, PodState.TERMINATED)
+            case PodState.REJECTED | PodState.TERMINATED:
+                if pod.deletion_requested and not rec.finalized:
+                    self._spawn(rec, self._finalize(rec))
+            case _:
+                raise AssertionError(f"Pod {pod.uid} in unknown state {rec.state!r}")
+
+    def _on_deleted(self, pod: PodView, rec: PodRecord | None) -> None:
+        if rec is None:
+            return
+        if rec.state is PodState.TERMINATING and rec.worker is not None:
+            rec.worker.cancel()  # force-deleted during its grace period
+        if rec.holds_devices:
+            self._set_state(rec, PodState.TERMINATED)
+        rec.pod, rec.gone = pod, True
+        self._gone.append(self._pods.pop(pod.uid))
+        log.info("Pod %s (%s) is gone", pod.key, pod.uid)
+        self._changes.touch()
+
+    # -- admission -------------------------------------------------------------------------
+
+    async def _admit(self, pod: PodView) -> None:
+        rec = PodRecord(pod, PodState.ADMITTING, {c.name: ContainerRecord(c.name) for c in pod.containers})
+        self._pods[pod.uid] = rec
+        self._changes.touch()
+        requests = device_requests(pod)
+        healthy = {r.resource: self._plugins.healthy(r.resource) for r in requests}
+        shortage = find_shortage(requests, healthy, self._taken())
+        if shortage is not None:
+            await self._reject(rec, shortage.reason, shortage.message)
+            return
+        try:
+            for request in requests:
+                await self._allocate(rec, request)
+        except (AdmissionError, PluginCallError) as exc:
+            message = f"Allocate failed due to {exc}, which is unexpected"
+            await self._reject(rec, UNEXPECTED_ADMISSION_ERROR, message)
+            return
+        await self._start_containers(rec)
+
+    async def _allocate(self, rec: PodRecord, request: DeviceRequest) -> None:
+        resource = request.resource
+        endpoint = self._plugins.endpoints.get(resource)
+        if endpoint is None or not endpoint.connected:
+            raise AdmissionError(f"can't allocate unregistered device {resource}")
+        available = self.free(resource)
+        if len(available) < request.count:
+            raise AdmissionError(
+                f"requested number of devices unavailable for {resource}. "
+                f"Requested: {request.count}, Available: {len(available)}"
+            )
+        preferred: list[str] = []
+        if endpoint.options.get_preferred_allocation_available:
+            preferred = await endpoint.preferred(available, request.count)
+        ids = tuple(choose(available, request.count, preferred))
+        container = rec.containers[request.container]
+        container.pending[resource] = ids
+        self._changes.touch()
+        try:
+            response = await endpoint.allocate(ids, self._allocate_timeout)
+        finally:
+            del container.pending[resource]
+        container.devices[resource] = ids
+        container.responses[resource] = response
+        log.info("Pod %s (%s) container %s got %s %s", rec.pod.key, rec.pod.uid,
+                 container.name, resource, ",".join(ids))
+        self._changes.touch()
+
+    async def _start_containers(self, rec: PodRecord) -> None:
+        for container in rec.containers.values():
+            for resource, ids in container.devices.items():
+                endpoint = self._plugins.endpoints.get(resource)
+                if endpoint is None or not endpoint.options.pre_start_required:
+                    continue
+                try:
+                    await endpoint.pre_start(ids)
+                except PluginCallError as exc:
+                    self._set_state(rec, PodState.START_FAILED)
+                    await self._report(rec, "Pending", CREATE_CONTAINER_ERROR, str(exc))
+                    return
+        self._set_state(rec, PodState.RUNNING)
+        await self._report(rec, "Running", "", "")
+
+    async def _reject(self, rec: PodRecord, reason: str, message: str) -> None:
+        log.info("Pod %s (%s) rejected: %s: %s", rec.pod.key, rec.pod.uid, reason, message)
+        self._set_state(rec, PodState.REJECTED)
+        await self._report(rec, "Failed", reason, message)
+
+    # -- termination -----------------------------------------------------------------------
+
+    async def _terminate(self, rec: PodRecord) -> None:
+        started = rec.state is PodState.RUNNING
+        self._set_state(rec, PodState.TERMINATING)
+        if self._termination_delay > 0:
+            await asyncio.sleep(self._termination_delay)  # the modelled grace period
+        self._set_state(rec, PodState.TERMINATED)
+        log.info("Pod %s (%s) containers stopped; devices freed", rec.pod.key, rec.pod.uid)
+        if started:
+            await self._report(rec, "Succeeded", "", "")
+        else:
+            await self._report(rec, "Failed", rec.reason, rec.message)
+        await self._finalize(rec)
+
+    async def _finalize(self, rec: PodRecord) -> None:
+        if rec.finalized:
+            return
+        try:
+            await self._source.finalize_delete(rec.pod.namespace, rec.pod.name, rec.pod.uid)
+        except Exception as exc:
+            # The object may already be gone; the next event for it retries if it is not.
+            log.warning("deleting Pod %s (%s) failed: %r", rec.pod.key, rec.pod.uid, exc)
+            return
+        rec.finalized = True
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _spawn(self, rec: PodRecord, work: Coroutine[Any, Any, None]) -> None:
+        if rec.worker is not None and not rec.worker.done():
+            work.close()
+            return
+        rec.worker = asyncio.create_task(work, name=f"sim-kubelet pod {rec.pod.uid}")
+
+    def _set_state(self, rec: PodRecord, state: PodState) -> None:
+        rec.state = state
+        self._changes.touch()
+
+    async def _report(self, rec: PodRecord, phase: str, reason: str, message: str) -> None:
+        rec.phase, rec.reason, rec.message = phase, reason, message
+        self._changes.touch()
+        try:
+            await self._source.set_phase(rec.pod.uid, phase, reason, message)
+        except Exception as exc:
+            # Status is advisory to the simulation; the Pod may be gone from the API already.
+            log.warning("reporting %s for Pod %s (%s) failed: %r", phase, rec.pod.key,
+                        rec.pod.uid, exc)
+
+    def _taken(self) -> dict[str, set[str]]:
+        taken: dict[str, set[str]] = {}
+        for rec in self._pods.values():
+            if not rec.holds_devices:
+                continue
+            for container in rec.containers.values():
+                for held in (container.devices, container.pending):
+                    for resource, ids in held.items():
+                        taken.setdefault(resource, set()).update(ids)
+        return taken
+
+
+def healthy_counts(kubelet: SimKubelet, resources: Sequence[str]) -> Mapping[str, int]:
+    """Free Healthy devices per resource: what a scheduler would see as allocatable room."""
+    return {r: len(kubelet.free(r)) for r in resources}
