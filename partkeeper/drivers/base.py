@@ -55,9 +55,7 @@ class DriverError(Exception):
 
     kind = "error"
 
-    def __init__(
-        self, op: str, card: int | None, instance: str | None, cause: str
-    ) -> None:
+    def __init__(self, op: str, card: int | None, instance: str | None, cause: str) -> None:
         self.op = op
         self.card = card
         self.instance = instance

@@ -4,7 +4,7 @@
 (and the sim driver) work on machines with neither a GPU nor the library.
 
 A partition is one GPU instance (GI) holding one full-size compute instance (CI); its identity is
-the MIG device UUID NVML reports for that CI. Every enumeration fails closed: any NVML error while
+the MIG device UUID NVML reports for that CI. Every enumeration fails closed: an NVML error while
 reading is a ReadError, never an empty or shortened list.
 """
 
@@ -33,33 +33,63 @@ from partkeeper.drivers.base import (
 )
 
 T = TypeVar("T")
-# The GI profiles partkeeper creates; the +me/+gfx/-me variants share slice counts and memory with
-# these, so matching is restricted to this set. Enumeration still covers every profile.
+# The GI profiles partkeeper creates. The +me/+gfx/-me variants share slice count and memory with
+# these, so matching a profile name is restricted to this set; enumeration covers every profile.
 _BASE_GI_PROFILES = ("1_SLICE", "1_SLICE_REV2", "2_SLICE", "3_SLICE", "4_SLICE", "7_SLICE")
-_MEMORY_TOLERANCE = 0.25  # NVML reports usable memory, a little under the nominal size
+# NVML reports the usable memory of a profile, somewhat under its nominal size.
+_PROFILE_MEMORY_TOLERANCE = 0.25
+_CARD_MEMORY_TOLERANCE = 0.1
+
+_Mig = tuple[int, str, Any]  # (CI id, MIG device UUID, MIG device handle)
 
 
 def model_for(name: str, memory_mib: int) -> str | None:
-    """The profiles.py model of a card NVML names `name` with `memory_mib` total, or None.
+    """The profiles.py model of a card NVML calls `name` with `memory_mib` in total, or None.
 
-    The family comes from the name (whole word, so "GH200" is not an "H200"), the size from the
+    The family comes from the name as a whole word (so "GH200" is no "H200"), the size from the
     memory, because one family ships in several sizes (A100 40GB and 80GB).
     """
     family = [
         m for m in profiles.MODELS.values() if re.search(rf"\b{m.name.split('-')[0]}\b", name)
     ]
     best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
-    if best is None or abs(best.memory_mib - memory_mib) > 0.1 * best.memory_mib:
+    if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:
         return None
     return best.name
 
 
+def _nvml_name(info: Any) -> str:
+    raw = getattr(info, "name", b"")
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return text.removeprefix("MIG ").strip()
+
+
+def _match(table: dict[str, profiles.Profile], info: Any) -> profiles.Profile | None:
+    """Our profile for an NVML GI profile: by name when NVML gives one, else slices and memory."""
+    named = table.get(_nvml_name(info))
+    if named is not None:
+        return named
+    same = [p for p in table.values() if p.compute_slices == info.sliceCount]
+    best = min(same, key=lambda p: abs(p.memory_mib - info.memorySizeMB), default=None)
+    if best is None or abs(best.memory_mib - info.memorySizeMB) > (
+        _PROFILE_MEMORY_TOLERANCE * best.memory_mib
+    ):
+        return None
+    return best
+
+
 @dataclass(frozen=True, slots=True)
 class _GiProfile:
-    name: str  # ours for the base profiles ("1g.10gb"), NVML's for the others ("1g.10gb+me")
+    name: str  # ours for a base profile ("1g.10gb"), NVML's for the others ("1g.10gb+me")
     nvml_id: int
-    size: int  # memory slices of a placement; from the table for base profiles
-    base: bool
+    max_count: int
+    ours: profiles.Profile | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CardInfo:
+    model: str | None
+    gi_profiles: tuple[_GiProfile, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,97 +102,87 @@ class _Gi:
 
 
 class NvmlDriver:
-    """The Driver protocol over NVML. Thread-safe as far as NVML is; holds no state but handles."""
+    """The Driver protocol over NVML. Holds handles and static card facts, nothing that changes."""
 
     name = "nvml"
 
     def __init__(self) -> None:
         self._nv: ModuleType = importlib.import_module("pynvml")
-        self._profiles: dict[int, dict[int, _GiProfile]] = {}  # per card, keyed by NVML id
+        self._info: dict[int, _CardInfo] = {}
         self._read("open", None, "initialising NVML", self._nv.nvmlInit)
 
     def close(self) -> None:
         self._read("close", None, "shutting NVML down", self._nv.nvmlShutdown)
 
-    # -- NVML calls, errors mapped ------------------------------------------------------------
+    # -- NVML calls with their errors mapped --------------------------------------------------
 
     def _code(self, exc: BaseException) -> int | None:
-        return getattr(exc, "value", None) if isinstance(exc, self._nv.NVMLError) else None
+        return getattr(exc, "value", None)
 
-    def _read(
-        self, op: str, card: int | None, what: str, fn: Callable[..., T], *args: Any
-    ) -> T:
-        """An NVML read: any failure is a ReadError, never "absent"."""
+    def _read(self, op: str, card: int | None, what: str, fn: Callable[..., T], *args: Any) -> T:
+        """An NVML read: any failure is a ReadError ("the read failed"), never "absent"."""
         try:
             return fn(*args)
         except self._nv.NVMLError as exc:
             raise ReadError(op, card, None, f"{what}: {exc}") from exc
 
-    def _act(
-        self, op: str, card: int, instance: str | None, what: str, fn: Callable[..., T], *args: Any
-    ) -> T:
-        """An NVML change: in-use and not-found keep their meaning, the rest is unknown."""
-        try:
-            return fn(*args)
-        except self._nv.NVMLError as exc:
-            code = self._code(exc)
-            kind: type[DriverError] = UnknownError
-            if code == self._nv.NVML_ERROR_IN_USE:
-                kind = InUseError
-            elif code == self._nv.NVML_ERROR_NOT_FOUND:
-                kind = NotFoundError
-            elif code == self._nv.NVML_ERROR_INSUFFICIENT_RESOURCES and op == "create":
-                kind = PlacementError
-            raise kind(op, card, instance, f"{what}: {exc}") from exc
+    def _mapped(
+        self, op: str, card: int, instance: str | None, what: str, exc: BaseException
+    ) -> DriverError:
+        """An NVML change failed: in-use and not-found keep their meaning, the rest is unknown."""
+        code, nv = self._code(exc), self._nv
+        kind: type[DriverError] = UnknownError
+        if code == nv.NVML_ERROR_IN_USE:
+            kind = InUseError
+        elif code == nv.NVML_ERROR_NOT_FOUND and op == "destroy":
+            kind = NotFoundError
+        elif code == nv.NVML_ERROR_INSUFFICIENT_RESOURCES and op == "create":
+            kind = PlacementError
+        return kind(op, card, instance, f"{what}: {exc}")
 
     def _device(self, op: str, card: int) -> Any:
-        return self._read(op, card, "getting the device handle", self._nv.nvmlDeviceGetHandleByIndex, card)
+        what = "getting the device handle"
+        return self._read(op, card, what, self._nv.nvmlDeviceGetHandleByIndex, card)
 
     def _mig_enabled(self, op: str, card: int, dev: Any) -> bool:
         try:
             current = self._nv.nvmlDeviceGetMigMode(dev)[0]
         except self._nv.NVMLError as exc:
             if self._code(exc) == self._nv.NVML_ERROR_NOT_SUPPORTED:
-                return False  # a card without MIG at all: sliced
+                return False  # a card without MIG at all is sliced
             raise ReadError(op, card, None, f"reading the MIG mode: {exc}") from exc
         return bool(current == self._nv.NVML_DEVICE_MIG_ENABLE)
 
-    # -- profiles -----------------------------------------------------------------------------
+    # -- static card facts --------------------------------------------------------------------
 
-    def _gi_profiles(self, op: str, card: int, dev: Any) -> dict[int, _GiProfile]:
-        """Every GI profile the card supports, keyed by NVML profile id; cached, it is static."""
-        if card in self._profiles:
-            return self._profiles[card]
-        name = self._read(op, card, "reading the name", self._nv.nvmlDeviceGetName, dev)
-        memory = self._read(op, card, "reading the memory", self._nv.nvmlDeviceGetMemoryInfo, dev)
-        model_name = model_for(name, memory.total // 2**20)
-        table = profiles.MODELS[model_name].profiles if model_name else {}
-        base = {getattr(self._nv, f"NVML_GPU_INSTANCE_PROFILE_{b}") for b in _BASE_GI_PROFILES}
-        found: dict[int, _GiProfile] = {}
-        claimed: set[str] = set()
-        for const in range(self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT):
+    def _card_info(self, op: str, card: int, dev: Any) -> _CardInfo:
+        """The model and GI profiles of a card; cached, because neither changes while we run."""
+        if card in self._info:
+            return self._info[card]
+        nv = self._nv
+        name = self._read(op, card, "reading the name", nv.nvmlDeviceGetName, dev)
+        memory = self._read(op, card, "reading the memory", nv.nvmlDeviceGetMemoryInfo, dev)
+        model = model_for(name, memory.total // 2**20)
+        table = profiles.MODELS[model].profiles if model else {}
+        base = {getattr(nv, f"NVML_GPU_INSTANCE_PROFILE_{b}") for b in _BASE_GI_PROFILES}
+        found: list[_GiProfile] = []
+        for const in range(nv.NVML_GPU_INSTANCE_PROFILE_COUNT):
             info = self._profile_info(op, card, dev, const)
             if info is None:
                 continue
-            ours = _match(table, info, claimed) if const in base else None
-            if ours is not None:
-                claimed.add(ours.name)
-                found[info.id] = _GiProfile(ours.name, info.id, ours.size, True)
-            else:
-                nvml_name = _nvml_name(info) or f"nvml-profile-{info.id}"
-                found[info.id] = _GiProfile(nvml_name, info.id, 0, False)
-        self._profiles[card] = found
-        return found
+            ours = _match(table, info) if const in base else None
+            label = ours.name if ours else _nvml_name(info) or f"nvml-profile-{info.id}"
+            found.append(_GiProfile(label, info.id, info.instanceCount, ours))
+        self._info[card] = _CardInfo(model, tuple(found))
+        return self._info[card]
 
     def _profile_info(self, op: str, card: int, dev: Any, const: int) -> Any | None:
+        nv = self._nv
         try:
-            return self._nv.nvmlDeviceGetGpuInstanceProfileInfo(dev, const)
-        except self._nv.NVMLError as exc:
-            if self._code(exc) in (
-                self._nv.NVML_ERROR_NOT_SUPPORTED,
-                self._nv.NVML_ERROR_INVALID_ARGUMENT,
-            ):
-                return None  # this card does not offer that profile
+            return nv.nvmlDeviceGetGpuInstanceProfileInfo(dev, const)
+        except nv.NVMLError as exc:
+            if self._code(exc) in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+                return None  # the card does not offer this profile
             raise ReadError(op, card, None, f"reading GI profile {const}: {exc}") from exc
 
     # -- enumeration --------------------------------------------------------------------------
@@ -172,54 +192,197 @@ class NvmlDriver:
         return [self._card(index) for index in range(count)]
 
     def _card(self, index: int) -> Card:
-        dev = self._device("list", index)
-        name = self._read("list", index, "reading the name", self._nv.nvmlDeviceGetName, dev)
-        uuid = self._read("list", index, "reading the UUID", self._nv.nvmlDeviceGetUUID, dev)
-        memory = self._read("list", index, "reading the memory", self._nv.nvmlDeviceGetMemoryInfo, dev)
+        nv, op = self._nv, "list"
+        dev = self._device(op, index)
+        name = self._read(op, index, "reading the name", nv.nvmlDeviceGetName, dev)
+        uuid = self._read(op, index, "reading the UUID", nv.nvmlDeviceGetUUID, dev)
+        memory = self._read(op, index, "reading the memory", nv.nvmlDeviceGetMemoryInfo, dev)
         memory_mib = int(memory.total // 2**20)
-        mode = "partition" if self._mig_enabled("list", index, dev) else "sliced"
-        # An unknown model keeps NVML's name: listed and counted, offered no profiles.
-        model_name = model_for(name, memory_mib) or name
-        return Card(index, uuid, model_name, mode, memory_mib)
+        mode = "partition" if self._mig_enabled(op, index, dev) else "sliced"
+        # A model missing from profiles.py keeps NVML's name: listed, offered no profiles.
+        return Card(index, uuid, model_for(name, memory_mib) or name, mode, memory_mib)
+
+    def instances(self, card: int) -> list[Instance]:
+        dev = self._device("list", card)
+        if not self._mig_enabled("list", card, dev):
+            return []
+        gis = self._gpu_instances("list", card, dev)
+        migs = self._mig_devices("list", card, dev)
+        return [_instance(card, gi, migs.get(gi.gi_id, [])) for gi in gis]
 
     def _gpu_instances(self, op: str, card: int, dev: Any) -> list[_Gi]:
+        nv = self._nv
         found: list[_Gi] = []
-        for prof in self._gi_profiles(op, card, dev).values():
-            info = self._read(
-                op, card, "reading GI profile", self._nv.nvmlDeviceGetGpuInstanceProfileInfo, dev,
-                _const_for(self._nv, dev, prof.nvml_id),
-            ) if False else None
-            del info
-            handles = self._gi_handles(op, card, dev, prof)
-            for handle in handles:
-                gi = self._read(op, card, "reading a GPU instance", self._nv.nvmlGpuInstanceGetInfo, handle)
-                found.append(_Gi(handle, gi.id, prof.name, gi.placement.start, gi.placement.size))
-        return sorted(found, key=lambda g: g.start)
+        for prof in self._card_info(op, card, dev).gi_profiles:
+            array = (nv.c_nvmlGpuInstance_t * max(prof.max_count, 1))()
+            count = ctypes.c_uint(0)
+            what = f"listing {prof.name} GPU instances"
+            args = (dev, prof.nvml_id, array, ctypes.pointer(count))
+            self._read(op, card, what, nv.nvmlDeviceGetGpuInstances, *args)
+            found.extend(self._describe(op, card, dev, h) for h in array[: count.value])
+        return sorted(found, key=lambda gi: gi.start)
 
-    def _gi_handles(self, op: str, card: int, dev: Any, prof: _GiProfile) -> list[Any]:
-        capacity = profiles.SLICES_PER_CARD  # no profile has more instances than memory slices
-        array = (self._nv.c_nvmlGpuInstance_t * capacity)()
-        count = ctypes.c_uint(0)
-        what = f"listing {prof.name} GPU instances"
-        self._read(op, card, what, self._nv.nvmlDeviceGetGpuInstances, dev, prof.nvml_id, array,
-                   ctypes.pointer(count))
-        return [array[i] for i in range(count.value)]
+    def _describe(self, op: str, card: int, dev: Any, handle: Any) -> _Gi:
+        what = "reading a GPU instance"
+        info = self._read(op, card, what, self._nv.nvmlGpuInstanceGetInfo, handle)
+        known = self._card_info(op, card, dev).gi_profiles
+        name = next((p.name for p in known if p.nvml_id == info.profileId), None)
+        place = info.placement
+        label = name or f"nvml-profile-{info.profileId}"
+        return _Gi(handle, info.id, label, place.start, place.size)
 
-    def _mig_devices(self, op: str, card: int, dev: Any) -> dict[int, list[tuple[int, str, Any]]]:
-        """MIG devices by GI id: (CI id, MIG UUID, handle), lowest CI first."""
-        total = self._read(op, card, "counting MIG devices", self._nv.nvmlDeviceGetMaxMigDeviceCount, dev)
-        found: dict[int, list[tuple[int, str, Any]]] = {}
+    def _mig_devices(self, op: str, card: int, dev: Any) -> dict[int, list[_Mig]]:
+        """The MIG devices (one per CI) by GI id, lowest CI id first."""
+        nv = self._nv
+        total = self._read(op, card, "counting MIG devices", nv.nvmlDeviceGetMaxMigDeviceCount, dev)
+        found: dict[int, list[_Mig]] = {}
         for index in range(total):
             try:
-                mig = self._nv.nvmlDeviceGetMigDeviceHandleByIndex(dev, index)
-            except self._nv.NVMLError as exc:
-                if self._code(exc) == self._nv.NVML_ERROR_NOT_FOUND:
+                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev, index)
+            except nv.NVMLError as exc:
+                if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
                     continue  # no MIG device at this index
                 raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
-            gi_id = self._read(op, card, "reading a GI id", self._nv.nvmlDeviceGetGpuInstanceId, mig)
-            ci_id = self._read(op, card, "reading a CI id", self._nv.nvmlDeviceGetComputeInstanceId, mig)
-            uuid = self._read(op, card, "reading a MIG UUID", self._nv.nvmlDeviceGetUUID, mig)
+            gi_id = self._read(op, card, "reading a GI id", nv.nvmlDeviceGetGpuInstanceId, mig)
+            ci_id = self._read(op, card, "reading a CI id", nv.nvmlDeviceGetComputeInstanceId, mig)
+            uuid = self._read(op, card, "reading a MIG UUID", nv.nvmlDeviceGetUUID, mig)
             found.setdefault(gi_id, []).append((ci_id, uuid, mig))
         for devices in found.values():
             devices.sort(key=lambda d: d[0])
         return found
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def create(self, spec: InstanceSpec) -> Instance:
+        nv, op, card = self._nv, "create", spec.card
+        dev = self._device(op, card)
+        if not self._mig_enabled(op, card, dev):
+            raise PlacementError(op, card, None, "MIG mode is not enabled on the card")
+        gi_profile, ours = self._legal(spec, dev)
+        size = ours.size
+        for other in self.instances(card):  # a failed read refuses the create (fail closed)
+            if profiles.overlaps((spec.start, size), other.placement):
+                cause = f"slices {spec.start}-{spec.start + size - 1} overlap this {other.profile}"
+                raise PlacementError(op, card, other.uuid or f"GI {other.gi_id}", cause)
+        placement = nv.c_nvmlGpuInstancePlacement_t()
+        placement.start, placement.size = spec.start, size
+        try:
+            gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(dev, gi_profile.nvml_id, placement)
+        except nv.NVMLError as exc:
+            what = f"creating a {spec.profile} GPU instance at start {spec.start}"
+            raise self._mapped(op, card, None, what, exc) from exc
+        return self._complete(spec, ours, dev, gi)
+
+    def _legal(self, spec: InstanceSpec, dev: Any) -> tuple[_GiProfile, profiles.Profile]:
+        info = self._card_info("create", spec.card, dev)
+        if info.model is None:
+            cause = "the card's model is not in partkeeper's profile tables"
+            raise PlacementError("create", spec.card, None, cause)
+        chosen = next((p for p in info.gi_profiles if p.ours and p.name == spec.profile), None)
+        if chosen is None or chosen.ours is None:
+            cause = f"{info.model} offers no GPU-instance profile {spec.profile!r} through NVML"
+            raise PlacementError("create", spec.card, None, cause)
+        if spec.start not in chosen.ours.starts:
+            legal = ", ".join(map(str, chosen.ours.starts))
+            cause = f"start {spec.start} is not a legal placement of {spec.profile} ({legal})"
+            raise PlacementError("create", spec.card, None, cause)
+        return chosen, chosen.ours
+
+    def _complete(self, spec: InstanceSpec, ours: profiles.Profile, dev: Any, gi: Any) -> Instance:
+        """Give the new GI its full-size CI and find its UUID; on any failure, undo the GI."""
+        nv = self._nv
+        ci: Any = None
+        step = "reading the new GPU instance"
+        try:
+            gi_id = nv.nvmlGpuInstanceGetInfo(gi).id
+            step = "creating its compute instance"
+            const = getattr(nv, f"NVML_COMPUTE_INSTANCE_PROFILE_{ours.compute_slices}_SLICE")
+            shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+            ci_profile = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, shared)
+            ci = nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile.id)
+            ci_id = nv.nvmlComputeInstanceGetInfo(ci).id
+            step = "finding its MIG device UUID"
+            found = self._mig_devices("create", spec.card, dev).get(gi_id, [])
+            uuid = next(u for c, u, _ in found if c == ci_id)
+        except (nv.NVMLError, DriverError, StopIteration) as exc:
+            cause = f"{step} failed ({str(exc) or 'no MIG device reports it'})"
+            raise self._undo(spec, gi, ci, cause) from exc
+        return Instance(spec.card, spec.profile, spec.start, ours.size, gi_id, ci_id, uuid)
+
+    def _undo(self, spec: InstanceSpec, gi: Any, ci: Any, cause: str) -> UnknownError:
+        """Destroy a GI this create made and cannot finish: no half-made partition stays behind."""
+        nv = self._nv
+        what = f"the {spec.profile} GPU instance at start {spec.start} was created but {cause}"
+        try:
+            if ci is not None:
+                nv.nvmlComputeInstanceDestroy(ci)
+            nv.nvmlGpuInstanceDestroy(gi)
+        except nv.NVMLError as exc:
+            return UnknownError("create", spec.card, None, f"{what}; undoing it failed too ({exc})")
+        return UnknownError("create", spec.card, None, f"{what}; it was destroyed again")
+
+    def destroy(self, expected: Instance) -> None:
+        nv, op, card = self._nv, "destroy", expected.card
+        name = expected.uuid or f"GI {expected.gi_id}"
+        dev = self._device(op, card)
+        try:
+            handle = nv.nvmlDeviceGetGpuInstanceById(dev, expected.gi_id)
+        except nv.NVMLError as exc:
+            if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
+                cause = f"no GPU instance {expected.gi_id} exists"
+                raise NotFoundError(op, card, name, cause) from exc
+            cause = f"looking up GPU instance {expected.gi_id}: {exc}"
+            raise ReadError(op, card, name, cause) from exc
+        gi = self._describe(op, card, dev, handle)
+        cis = self._mig_devices(op, card, dev).get(expected.gi_id, [])
+        _check_identity(expected, gi, cis)
+        for ci_id, uuid, _ in cis:
+            try:
+                nv.nvmlComputeInstanceDestroy(
+                    nv.nvmlGpuInstanceGetComputeInstanceById(handle, ci_id)
+                )
+            except nv.NVMLError as exc:
+                if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
+                    continue  # the CI is already gone; the GI still has to go
+                raise self._mapped(
+                    op, card, uuid, f"destroying compute instance {ci_id}", exc
+                ) from exc
+        try:
+            nv.nvmlGpuInstanceDestroy(handle)
+        except nv.NVMLError as exc:
+            raise self._mapped(
+                op, card, name, f"destroying GPU instance {expected.gi_id}", exc
+            ) from exc
+
+    def is_busy(self, instance: Instance) -> bool:
+        nv, op, card = self._nv, "busy", instance.card
+        dev = self._device(op, card)
+        devices = self._mig_devices(op, card, dev).get(instance.gi_id, [])
+        if instance.uuid and all(uuid != instance.uuid for _, uuid, _ in devices):
+            cause = f"no MIG device of GPU instance {instance.gi_id} has this UUID"
+            raise NotFoundError(op, card, instance.uuid, cause)
+        what = "listing the processes"
+        return any(
+            self._read(op, card, what, nv.nvmlDeviceGetComputeRunningProcesses, mig)
+            for _, _, mig in devices
+        )
+
+
+def _instance(card: int, gi: _Gi, devices: list[_Mig]) -> Instance:
+    # A GI without a CI (an interrupted create or destroy, or carved by hand) still occupies its
+    # slices: listed with CI id -1 and no UUID rather than left out.
+    ci_id, uuid = (devices[0][0], devices[0][1]) if devices else (-1, "")
+    return Instance(card, gi.profile, gi.start, gi.size, gi.gi_id, ci_id, uuid)
+
+
+def _check_identity(expected: Instance, gi: _Gi, devices: list[_Mig]) -> None:
+    name = expected.uuid or f"GI {expected.gi_id}"
+    uuids = {uuid for _, uuid, _ in devices}
+    # With no CI left there is no UUID to compare (what an interrupted destroy leaves behind):
+    # then the GI id, profile and placement decide.
+    same_uuid = expected.uuid in uuids or not uuids
+    if same_uuid and (gi.profile, gi.start) == (expected.profile, expected.start):
+        return
+    now = ", ".join(sorted(uuids)) or "no compute instance"
+    cause = f"GPU instance {gi.gi_id} is {gi.profile} at start {gi.start} with {now}"
+    raise IdentityMismatchError("destroy", expected.card, name, cause)

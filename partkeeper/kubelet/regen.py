@@ -32,10 +32,10 @@ HEADER = (
 _PB2_GUARD = re.compile(
     r"^from google\.protobuf import runtime_version as _runtime_version\n", re.M
 )
-_PB2_VALIDATE = re.compile(r"^_runtime_version\.ValidateProtobufRuntimeVersion\(\n(?:.*\n)*?\)\n", re.M)
-_GRPC_GUARD = re.compile(
-    r"^GRPC_GENERATED_VERSION = .*?\n(?:.*\n)*?    \)\n", re.M
+_PB2_VALIDATE = re.compile(
+    r"^_runtime_version\.ValidateProtobufRuntimeVersion\(\n(?:.*\n)*?\)\n", re.M
 )
+_GRPC_GUARD = re.compile(r"^GRPC_GENERATED_VERSION = .*?\n(?:.*\n)*?    \)\n", re.M)
 _REGISTERED_ARG = re.compile(r",\s*_registered_method=True\)")
 _REGISTERED_HANDLERS = re.compile(r"^    server\.add_registered_method_handlers\(.*\)\n", re.M)
 

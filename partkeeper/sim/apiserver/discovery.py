@@ -22,8 +22,13 @@ _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
 def _resource(name: str, kind: str, namespaced: bool, verbs: list[str]) -> dict[str, Any]:
-    return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
-            "verbs": verbs}
+    return {
+        "name": name,
+        "singularName": "",
+        "namespaced": namespaced,
+        "kind": kind,
+        "verbs": verbs,
+    }
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
@@ -62,8 +67,13 @@ def api_groups() -> dict[str, Any]:
 
 def events_group() -> dict[str, Any]:
     version = {"groupVersion": EVENTS_API, "version": "v1"}
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": "events.k8s.io",
-            "versions": [version], "preferredVersion": version}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": "events.k8s.io",
+        "versions": [version],
+        "preferredVersion": version,
+    }
 
 
 def events_resources() -> dict[str, Any]:

@@ -94,6 +94,4 @@ def status_object(
 
 
 def not_found(resource: str, name: str) -> NotFound:
-    return NotFound(
-        f'{resource} "{name}" not found', details={"name": name, "kind": resource}
-    )
+    return NotFound(f'{resource} "{name}" not found', details={"name": name, "kind": resource})

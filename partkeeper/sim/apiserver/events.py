@@ -22,8 +22,16 @@ _RENAMED = {
     "deprecatedCount": "count",
     "reportingController": "reportingComponent",
 }
-_SHARED = ("metadata", "eventTime", "series", "reportingInstance", "action", "reason",
-           "related", "type")
+_SHARED = (
+    "metadata",
+    "eventTime",
+    "series",
+    "reportingInstance",
+    "action",
+    "reason",
+    "related",
+    "type",
+)
 
 
 def to_core(event: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +58,11 @@ def from_core(core: dict[str, Any]) -> dict[str, Any]:
     source = core.get("source") if isinstance(core.get("source"), dict) else {}
     event.setdefault("reportingController", source.get("component", ""))
     event.setdefault("reportingInstance", source.get("host", ""))
+    if not event.get("eventTime"):
+        # The real server shows null here for Events posted through core v1, which the
+        # client's EventsV1Event model refuses; the creation time keeps such Events listable.
+        created = core.get("metadata", {}).get("creationTimestamp", "1970-01-01T00:00:00Z")
+        event["eventTime"] = created.replace("Z", ".000000Z")
     return event
 
 
@@ -61,7 +74,7 @@ def core_field_selector(selector: str | None) -> str | None:
     for term in selector.split(","):
         for new, old in _RENAMED.items():
             if term.startswith(f"{new}.") or term.split("=")[0].rstrip("!") == new:
-                term = old + term[len(new):]
+                term = old + term[len(new) :]
                 break
         terms.append(term)
     return ",".join(terms)

@@ -104,12 +104,14 @@ class Resource:
         if _flag(request.query.get("watch")):
             return await self._watch(request, namespace, selector)
         items, rv = self.store.list(self.view.resource, namespace, selector)
-        return reply({
-            "kind": self.view.list_kind,
-            "apiVersion": self.view.api_version,
-            "metadata": {"resourceVersion": rv},
-            "items": [self.view.to_wire(item) for item in items],
-        })
+        return reply(
+            {
+                "kind": self.view.list_kind,
+                "apiVersion": self.view.api_version,
+                "metadata": {"resourceVersion": rv},
+                "items": [self.view.to_wire(item) for item in items],
+            }
+        )
 
     async def _watch(
         self, request: web.Request, namespace: str | None, selector: selectors.Selector
@@ -131,7 +133,9 @@ class Resource:
             await response.prepare(request)
             async with asyncio.timeout(timeout):
                 await self.state.hub.pump(
-                    stream, response.write, convert=self.view.to_wire,
+                    stream,
+                    response.write,
+                    convert=self.view.to_wire,
                     bookmark_every=self.state.bookmark_interval if bookmarks else None,
                 )
         except TimeoutError:
@@ -148,8 +152,10 @@ class Resource:
         namespace = self._namespace(request)
         given = (body.get("metadata") or {}).get("namespace")
         if namespace and given and given != namespace:
-            raise BadRequest("the namespace of the provided object does not match the namespace "
-                             "sent on the request")
+            raise BadRequest(
+                "the namespace of the provided object does not match the namespace "
+                "sent on the request"
+            )
         created = self.store.create(self.view.resource, namespace, body)
         return reply(self.view.to_wire(created), 201)
 
@@ -170,8 +176,9 @@ class Resource:
         name = request.match_info["name"]
         given = (body.get("metadata") or {}).get("name")
         if given and given != name:
-            raise BadRequest(f"the name of the object ({given}) does not match the name on the "
-                             f"URL ({name})")
+            raise BadRequest(
+                f"the name of the object ({given}) does not match the name on the URL ({name})"
+            )
         updated = self.store.replace(
             self.view.resource, self._namespace(request), name, body, subresource
         )
@@ -182,8 +189,12 @@ class Resource:
     ) -> web.StreamResponse:
         document = await _body(request)
         updated = self.store.patch(
-            self.view.resource, self._namespace(request), request.match_info["name"],
-            request.headers.get("Content-Type", ""), document, subresource,
+            self.view.resource,
+            self._namespace(request),
+            request.match_info["name"],
+            request.headers.get("Content-Type", ""),
+            document,
+            subresource,
         )
         return reply(self.view.to_wire(updated))
 
@@ -210,4 +221,3 @@ class Resource:
         self.store.bind(self._namespace(request), request.match_info["name"], target["name"])
         created = status_object(201, "", "")
         return reply({k: v for k, v in created.items() if v != ""}, 201)
-

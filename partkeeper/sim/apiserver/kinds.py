@@ -78,6 +78,17 @@ def _prepare_pod(pod: dict[str, Any]) -> None:
     status.setdefault("phase", "Pending")
 
 
+_NODE_INFO = {
+    "architecture": "amd64",
+    "containerRuntimeVersion": "sim://1.0",
+    "kernelVersion": "6.0.0-sim",
+    "kubeProxyVersion": "",
+    "kubeletVersion": "v1.30.0-sim",
+    "operatingSystem": "linux",
+    "osImage": "partkeeper simulated node",
+}
+
+
 def _prepare_node(node: dict[str, Any]) -> None:
     name = _name(node)
     labels = node["metadata"].setdefault("labels", {})
@@ -92,7 +103,8 @@ def _prepare_node(node: dict[str, Any]) -> None:
         "conditions",
         [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated"}],
     )
-    status.setdefault("nodeInfo", {"kubeletVersion": "v1.30.0-sim", "operatingSystem": "linux"})
+    # The client's models require every nodeInfo field, so all are filled.
+    status.setdefault("nodeInfo", dict(_NODE_INFO, machineID=name, systemUUID=name, bootID=name))
 
 
 def _prepare_event(event: dict[str, Any]) -> None:
@@ -121,8 +133,10 @@ def new_object(kind: Kind, body: dict[str, Any], namespace: str, now: datetime) 
     if not metadata.get("name") and metadata.get("generateName"):
         metadata["name"] = f"{metadata['generateName']}{uuid.uuid4().hex[:5]}"
     if not metadata.get("name"):
-        raise Invalid(f"{kind.kind} is invalid: metadata.name: Required value: name or "
-                      "generateName is required")
+        raise Invalid(
+            f"{kind.kind} is invalid: metadata.name: Required value: name or "
+            "generateName is required"
+        )
     if kind.namespaced:
         metadata["namespace"] = namespace
     else:

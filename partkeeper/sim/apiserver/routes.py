@@ -23,8 +23,12 @@ PODS = View("pods", "PodList", "v1")
 NODES = View("nodes", "NodeList", "v1")
 CORE_EVENTS = View("events", "EventList", "v1")
 GROUP_EVENTS = View(
-    "events", "EventList", events.EVENTS_API,
-    to_wire=events.from_core, from_wire=events.to_core, field_names=events.core_field_selector,
+    "events",
+    "EventList",
+    events.EVENTS_API,
+    to_wire=events.from_core,
+    from_wire=events.to_core,
+    field_names=events.core_field_selector,
 )
 
 
@@ -46,8 +50,13 @@ def build_app(state: ServerState) -> web.Application:
 
 
 def _add_resource(
-    router: web.UrlDispatcher, prefix: str, plural: str, resource: Resource, *,
-    namespaced: bool, status: bool = False,
+    router: web.UrlDispatcher,
+    prefix: str,
+    plural: str,
+    resource: Resource,
+    *,
+    namespaced: bool,
+    status: bool = False,
 ) -> None:
     router.add_get(f"{prefix}/{plural}", resource.collection)
     base = f"{prefix}/namespaces/{{namespace}}/{plural}" if namespaced else f"{prefix}/{plural}"

@@ -152,14 +152,23 @@ class Store:
         return copy.deepcopy(self._commit(resource, key, ADDED, obj).obj)
 
     def replace(
-        self, resource: str, namespace: str, name: str, body: dict[str, Any],
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
         subresource: str | None = None,
     ) -> dict[str, Any]:
         """PUT: optimistic concurrency on metadata.resourceVersion when the body carries one."""
         return self._update(resource, namespace, name, lambda _: body, subresource)
 
     def patch(
-        self, resource: str, namespace: str, name: str, content_type: str, document: Any,
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        content_type: str,
+        document: Any,
         subresource: str | None = None,
     ) -> dict[str, Any]:
         def patched(current: dict[str, Any]) -> dict[str, Any]:
@@ -168,8 +177,12 @@ class Store:
         return self._update(resource, namespace, name, patched, subresource)
 
     def _update(
-        self, resource: str, namespace: str, name: str,
-        propose: Callable[[dict[str, Any]], dict[str, Any]], subresource: str | None,
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        propose: Callable[[dict[str, Any]], dict[str, Any]],
+        subresource: str | None,
     ) -> dict[str, Any]:
         key = self._key(resource, namespace, name)
         current = self._objects[resource].get(key)
@@ -198,13 +211,19 @@ class Store:
         bound = pod.get("spec", {}).get("nodeName")
         if bound or pod["metadata"].get("deletionTimestamp"):
             reason = f"is already assigned to node {bound!r}" if bound else "is being deleted"
-            raise Conflict(f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} '
-                           f"{reason}")
+            raise Conflict(
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} {reason}'
+            )
         updated = copy.deepcopy(pod)
         updated["spec"]["nodeName"] = node_name
         conditions = updated.setdefault("status", {}).setdefault("conditions", [])
-        conditions.append({"type": "PodScheduled", "status": "True",
-                           "lastTransitionTime": kinds.timestamp(self.clock())})
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastTransitionTime": kinds.timestamp(self.clock()),
+            }
+        )
         return copy.deepcopy(self._commit("pods", key, MODIFIED, updated).obj)
 
     @staticmethod

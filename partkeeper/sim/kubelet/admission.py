@@ -95,7 +95,5 @@ _DIGITS = re.compile(r"(\d+)")
 def natural_key(device_id: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key under which `dev-2` comes before `dev-10`."""
     return tuple(
-        (0, int(part)) if part.isdigit() else (1, part)
-        for part in _DIGITS.split(device_id)
-        if part
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(device_id) if part
     )

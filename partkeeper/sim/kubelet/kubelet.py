@@ -10,11 +10,9 @@ the next admission, before the plugin has had any chance to tidy up.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections import deque
-from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,12 @@ from partkeeper.sim.kubelet.changes import Changes
 from partkeeper.sim.kubelet.plugins import PluginCallError, PluginRegistry
 from partkeeper.sim.kubelet.podresources import PodAssignment, PodResourcesServer
 from partkeeper.sim.kubelet.pods import PodEvent, PodView
+from partkeeper.sim.kubelet.records import (
+    PodRecord,
+    PodState,
+    held_devices,
+    new_containers,
+)
 from partkeeper.sim.kubelet.source import PodSource
 
 log = logging.getLogger(__name__)
@@ -40,45 +44,6 @@ CREATE_CONTAINER_ERROR = "CreateContainerError"
 
 class AdmissionError(RuntimeError):
     """kubelet could not give a container its devices; the Pod fails admission."""
-
-
-class PodState(enum.Enum):
-    ADMITTING = "admitting"  # devices chosen so far are held
-    RUNNING = "running"
-    START_FAILED = "start_failed"  # admitted, PreStartContainer failed; devices stay held
-    REJECTED = "rejected"  # failed admission
-    TERMINATING = "terminating"  # deletion requested, containers stopping
-    TERMINATED = "terminated"  # containers stopped
-
-
-HOLDING = frozenset({PodState.ADMITTING, PodState.RUNNING, PodState.START_FAILED,
-                     PodState.TERMINATING})
-
-
-@dataclass
-class ContainerRecord:
-    name: str
-    devices: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # Chosen for an Allocate still in flight: held, but not yet reported by pod-resources.
-    pending: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    responses: dict[str, deviceplugin_pb2.ContainerAllocateResponse] = field(default_factory=dict)
-
-
-@dataclass
-class PodRecord:
-    pod: PodView
-    state: PodState
-    containers: dict[str, ContainerRecord]
-    phase: str = "Pending"
-    reason: str = ""
-    message: str = ""
-    finalized: bool = False
-    gone: bool = False
-    worker: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    @property
-    def holds_devices(self) -> bool:
-        return self.state in HOLDING
 
 
 class SimKubelet:
@@ -180,7 +145,8 @@ class SimKubelet:
 
     def free(self, resource: str) -> list[str]:
         """Healthy devices of `resource` no Pod holds: what the next admission may use."""
-        return free_devices(self._plugins.healthy(resource), self._taken().get(resource, set()))
+        taken = held_devices(self._pods.values()).get(resource, set())
+        return free_devices(self._plugins.healthy(resource), taken)
 
     def record(self, uid: str) -> PodRecord | None:
         """The kubelet's record of a Pod, also for a while after the Pod object is gone."""
@@ -193,7 +159,10 @@ class SimKubelet:
             PodAssignment(
                 rec.pod.namespace,
                 rec.pod.name,
-                {c.name: dict(c.devices) if rec.holds_devices else {} for c in rec.containers.values()},
+                {
+                    c.name: dict(c.devices) if rec.holds_devices else {}
+                    for c in rec.containers.values()
+                },
             )
             for rec in self._pods.values()
         ]
@@ -201,7 +170,7 @@ class SimKubelet:
     def allocatable(self) -> dict[str, list[str]]:
         return {r: sorted(self._plugins.healthy(r)) for r in self._plugins.endpoints}
 
-    async def wait_for(self, predicate: Any, timeout: float) -> None:
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Return once `predicate()` holds after some change; TimeoutError after `timeout` s."""
         await self._changes.wait_for(predicate, timeout)
 
@@ -253,9 +222,9 @@ class SimKubelet:
         if not (pod.finished or pod.deletion_requested or pod.phase == "Running"):
             await self._admit(pod)
             return
-        state = PodState.RUNNING if pod.phase == "Running" and not pod.finished else PodState.TERMINATED
-        rec = PodRecord(pod, state, {c.name: ContainerRecord(c.name) for c in pod.containers},
-                        phase=pod.phase)
+        running = pod.phase == "Running" and not pod.finished
+        state = PodState.RUNNING if running else PodState.TERMINATED
+        rec = PodRecord(pod, state, new_containers(pod), phase=pod.phase)
         self._pods[pod.uid] = rec
         if state is PodState.RUNNING:
             # No checkpoint survives this process, so its earlier device assignment is unknown.
@@ -296,12 +265,12 @@ class SimKubelet:
     # -- admission -------------------------------------------------------------------------
 
     async def _admit(self, pod: PodView) -> None:
-        rec = PodRecord(pod, PodState.ADMITTING, {c.name: ContainerRecord(c.name) for c in pod.containers})
+        rec = PodRecord(pod, PodState.ADMITTING, new_containers(pod))
         self._pods[pod.uid] = rec
         self._changes.touch()
         requests = device_requests(pod)
         healthy = {r.resource: self._plugins.healthy(r.resource) for r in requests}
-        shortage = find_shortage(requests, healthy, self._taken())
+        shortage = find_shortage(requests, healthy, held_devices(self._pods.values()))
         if shortage is not None:
             await self._reject(rec, shortage.reason, shortage.message)
             return
@@ -338,8 +307,14 @@ class SimKubelet:
             del container.pending[resource]
         container.devices[resource] = ids
         container.responses[resource] = response
-        log.info("Pod %s (%s) container %s got %s %s", rec.pod.key, rec.pod.uid,
-                 container.name, resource, ",".join(ids))
+        log.info(
+            "Pod %s (%s) container %s got %s %s",
+            rec.pod.key,
+            rec.pod.uid,
+            container.name,
+            resource,
+            ",".join(ids),
+        )
         self._changes.touch()
 
     async def _start_containers(self, rec: PodRecord) -> None:
@@ -407,21 +382,6 @@ class SimKubelet:
             await self._source.set_phase(rec.pod.uid, phase, reason, message)
         except Exception as exc:
             # Status is advisory to the simulation; the Pod may be gone from the API already.
-            log.warning("reporting %s for Pod %s (%s) failed: %r", phase, rec.pod.key,
-                        rec.pod.uid, exc)
-
-    def _taken(self) -> dict[str, set[str]]:
-        taken: dict[str, set[str]] = {}
-        for rec in self._pods.values():
-            if not rec.holds_devices:
-                continue
-            for container in rec.containers.values():
-                for held in (container.devices, container.pending):
-                    for resource, ids in held.items():
-                        taken.setdefault(resource, set()).update(ids)
-        return taken
-
-
-def healthy_counts(kubelet: SimKubelet, resources: Sequence[str]) -> Mapping[str, int]:
-    """Free Healthy devices per resource: what a scheduler would see as allocatable room."""
-    return {r: len(kubelet.free(r)) for r in resources}
+            log.warning(
+                "reporting %s for Pod %s (%s) failed: %r", phase, rec.pod.key, rec.pod.uid, exc
+            )

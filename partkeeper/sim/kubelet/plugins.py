@@ -96,8 +96,11 @@ class Endpoint:
             return []
         return list(response.container_responses[0].deviceIDs)
 
-    async def allocate(self, ids: Sequence[str], timeout: float | None) -> pb.ContainerAllocateResponse:
-        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+    async def allocate(
+        self, ids: Sequence[str], timeout: float | None
+    ) -> pb.ContainerAllocateResponse:
+        container = pb.ContainerAllocateRequest(devices_ids=ids)
+        request = pb.AllocateRequest(container_requests=[container])
         response = await self._call("Allocate", request, timeout)
         if len(response.container_responses) != 1:
             raise PluginCallError(

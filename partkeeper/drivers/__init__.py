@@ -1,0 +1,60 @@
+"""Accelerator drivers: the interface partkeeper needs and how to open the configured one.
+
+The implementations are imported on demand: `nvml` needs nvidia-ml-py and a GPU, `sim` a state
+file, and neither should be a cost of importing the package (the CLI imports it for `--help`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partkeeper.drivers.base import (
+    Card,
+    Driver,
+    DriverError,
+    IdentityMismatchError,
+    Instance,
+    InstanceSpec,
+    InUseError,
+    Mode,
+    NotFoundError,
+    PlacementError,
+    ReadError,
+    UnknownError,
+)
+
+if TYPE_CHECKING:
+    from partkeeper.config import Config
+
+__all__ = [
+    "Card",
+    "Driver",
+    "DriverError",
+    "IdentityMismatchError",
+    "InUseError",
+    "Instance",
+    "InstanceSpec",
+    "Mode",
+    "NotFoundError",
+    "PlacementError",
+    "ReadError",
+    "UnknownError",
+    "open_driver",
+]
+
+
+def open_driver(config: Config) -> Driver:
+    """The driver `config.driver` names: `sim` on `config.sim_state`, or `nvml`.
+
+    Opening the sim driver does not touch the state file (a missing one fails at first use, with a
+    ReadError naming it); opening nvml initialises NVML and raises ReadError if that fails.
+    """
+    if config.driver == "sim":
+        from partkeeper.drivers.sim import SimDriver
+
+        return SimDriver(config.sim_state)
+    if config.driver == "nvml":
+        from partkeeper.drivers.nvml import NvmlDriver
+
+        return NvmlDriver()
+    raise ValueError(f"unknown driver {config.driver!r}; expected nvml or sim")

@@ -1,0 +1,48 @@
+"""Fixtures for the simulated API server: one server per test, reached by the real client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
+from partkeeper.sim.apiserver.testing import WatchRecorder, core_v1
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServerThread]:
+    # A short bookmark interval so bookmark tests wait milliseconds, not the real minute.
+    server = ApiServerThread(bookmark_interval=0.05).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def apiserver_kubeconfig(apiserver: ApiServerThread, tmp_path: Path) -> Path:
+    return write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
+
+
+@pytest.fixture
+def core(apiserver_kubeconfig: Path) -> Iterator[client.CoreV1Api]:
+    api = core_v1(apiserver_kubeconfig)
+    yield api
+    api.api_client.close()
+
+
+@pytest.fixture
+def record_watch() -> Iterator[Callable[..., WatchRecorder]]:
+    """Start a WatchRecorder; every one started is stopped when the test ends."""
+    recorders: list[WatchRecorder] = []
+
+    def start(func: Callable[..., Any], *args: Any, **kwargs: Any) -> WatchRecorder:
+        recorder = WatchRecorder(func, *args, **kwargs).start()
+        recorders.append(recorder)
+        return recorder
+
+    yield start
+    for recorder in recorders:
+        recorder.stop()
