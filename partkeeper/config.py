@@ -38,6 +38,7 @@ class Config:
     faults: str = ""
     metrics_port: int | None = None  # None: the service's default
     resync_seconds: float = 10.0
+    stream_replicas: int = 1
     slices_per_card: int = 4
     resource_prefix: str = "nvidia.com/mig-"
     sliced_resource: str = "nvidia.com/gpu.sliced"
@@ -118,6 +119,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         faults=faults,
         metrics_port=_integer(env, "PK_METRICS_PORT", None, minimum=0),
         resync_seconds=_number(env, "PK_RESYNC_SECONDS", 10.0, minimum=0.05),
+        stream_replicas=_integer(env, "PK_STREAM_REPLICAS", 1, minimum=1) or 1,
         slices_per_card=_integer(env, "PK_SLICES_PER_CARD", 4, minimum=1) or 4,
         resource_prefix=env.get("PK_RESOURCE_PREFIX") or "nvidia.com/mig-",
         sliced_resource=env.get("PK_SLICED_RESOURCE") or "nvidia.com/gpu.sliced",

@@ -51,7 +51,7 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
     if nc is None:
         return
     try:
-        await bus.ensure_topology(nc.jetstream())
+        await bus.ensure_topology(nc.jetstream(), replicas=config.stream_replicas)
         task = asyncio.create_task(body(config, nc), name=f"{name}-body")
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubelet_harness import DEADLINE, FakePlugin, healthy, short_tmpdir
+from kubelet.kubelet_harness import DEADLINE, FakePlugin, healthy, short_tmpdir
 from partkeeper.kubelet import (
     HEALTHY,
     deviceplugin_pb2,

@@ -393,12 +393,13 @@ def test_bind_sets_the_node_once(store: Store) -> None:
 )
 def test_inject_stores_malformed_objects_as_given(store: Store, obj: dict[str, Any]) -> None:
     changes = recorded(store)
-    stored = store.inject("pods", obj)
+    key = ("default", "raw")
+    stored = store.inject("pods", obj, key=key)
     assert changes[0].type == "ADDED" and changes[0].obj == stored
     assert {k: v for k, v in stored.items() if k != "metadata"} == {"kind": "Pod"}
     assert len(store.list("pods", None, EVERYTHING)[0]) == 1
     assert store.list("pods", None, selectors.parse("pods", "spec.nodeName=n", None))[0] == []
-    store.inject("pods", obj, "DELETED")
+    store.inject("pods", obj, "DELETED", key=key)
     assert store.list("pods", None, EVERYTHING)[0] == []
 
 

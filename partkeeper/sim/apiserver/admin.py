@@ -101,9 +101,17 @@ class Admin:
 
     # Faults and history ------------------------------------------------------------------
 
-    def inject(self, resource: str, obj: Any, event_type: str = ADDED) -> Any:
-        """Store `obj` unvalidated (a Pod without uid, with uid "../../etc", not a dict...)."""
-        return self.with_store(lambda store: store.inject(resource, obj, event_type))
+    def inject(
+        self,
+        resource: str,
+        obj: Any,
+        event_type: str = ADDED,
+        *,
+        key: tuple[str, str] | None = None,
+    ) -> Any:
+        """Store `obj` unvalidated (a Pod without uid, with uid "../../etc", not a dict...);
+        `key` is (namespace, name), needed to change or delete an object that has no name."""
+        return self.with_store(lambda store: store.inject(resource, obj, event_type, key=key))
 
     def send_raw_watch_line(self, resource: str, line: str | bytes) -> int:
         """Write `line` as is to every open watch of `resource`; returns how many got it."""

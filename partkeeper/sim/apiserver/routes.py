@@ -93,13 +93,17 @@ def _add_discovery(router: web.UrlDispatcher) -> None:
     async def events_resources(_: web.Request) -> web.Response:
         return reply(discovery.events_resources())
 
-    router.add_get("/version", version)
-    router.add_get("/api", api)
-    router.add_get("/api/v1", core)
-    router.add_get("/apis", groups)
-    router.add_get("/apis/events.k8s.io", events_group)
-    router.add_get("/apis/events.k8s.io/v1", events_resources)
-
+    # The client asks for some of these with a trailing slash ("/version/", "/api/").
+    for path, handler in (
+        ("/version", version),
+        ("/api", api),
+        ("/api/v1", core),
+        ("/apis", groups),
+        ("/apis/events.k8s.io", events_group),
+        ("/apis/events.k8s.io/v1", events_resources),
+    ):
+        router.add_get(path, handler)
+        router.add_get(f"{path}/", handler)
 
 async def _ok(_: web.Request) -> web.Response:
     return web.Response(text="ok")

@@ -279,27 +279,31 @@ class Store:
             )
         return terminating
 
-    def inject(self, resource: str, obj: Any, event_type: str = ADDED) -> Any:
+    def inject(
+        self, resource: str, obj: Any, event_type: str = ADDED, *, key: Key | None = None
+    ) -> Any:
         """Store `obj` as given, bypassing defaults and validation (for malformed-input tests).
 
-        The object is keyed by its namespace and name when it has them; otherwise by a
-        placeholder, so even an object without metadata can be listed and watched.
+        The object is keyed by `key` (namespace, name) when given, else by its own namespace and
+        name, else by a placeholder; an object without a name needs `key` to be changed later.
         """
         if event_type not in (ADDED, MODIFIED, DELETED):
             raise ValueError(f"unknown event type {event_type!r}")
         obj = copy.deepcopy(obj)
-        metadata = obj.get("metadata") if isinstance(obj, dict) else None
-        name = metadata.get("name") if isinstance(metadata, dict) else None
-        namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
-        key = (
-            namespace if isinstance(namespace, str) else "",
-            name if isinstance(name, str) else f"<raw-{self._rv + 1}>",
-        )
+        key = key or self._raw_key(obj)
         if event_type == DELETED:
             if key not in self._objects[resource]:
                 raise not_found(resource, key[1])
             return self._commit(resource, key, DELETED, obj).obj
         return self._commit(resource, key, event_type, obj).obj
+
+    def _raw_key(self, obj: Any) -> Key:
+        metadata = kinds.metadata_of(obj)
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+        return (
+            namespace if isinstance(namespace, str) else "",
+            name if isinstance(name, str) else f"<raw-{self._rv + 1}>",
+        )
 
     def compact(self) -> int:
         """Drop the whole watch history: a watch from any earlier resourceVersion gets 410."""

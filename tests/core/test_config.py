@@ -1,0 +1,105 @@
+"""Configuration and fault points: validated in one place, one sentence per bad value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from partkeeper import faults
+from partkeeper.config import ConfigError, load
+from partkeeper.faults import FaultSpecError
+
+
+def test_defaults_match_the_design() -> None:
+    config = load({"PK_NODE_NAME": "n1"})
+    assert config.nats_urls == ("nats://127.0.0.1:4222",)
+    assert config.driver == "nvml" and config.foreign_policy == "keep"
+    assert str(config.kubelet_dir) == "/var/lib/kubelet/device-plugins"
+    assert str(config.pods_dir) == "/var/lib/partkeeper/pods"
+    assert config.resync_seconds == 10 and config.slices_per_card == 4
+
+
+def test_values_are_read() -> None:
+    config = load(
+        {
+            "PK_NODE_NAME": "gpu-7",
+            "NATS_URL": "nats://a:1, nats://b:2",
+            "PK_DRIVER": "sim",
+            "PK_FOREIGN_POLICY": "reap",
+            "PK_RESYNC_SECONDS": "0.5",
+            "PK_METRICS_PORT": "0",
+            "PK_FAULTS": "allocator.after_claim=exit",
+        }
+    )
+    assert config.nats_urls == ("nats://a:1", "nats://b:2")
+    assert config.node == "gpu-7" and config.driver == "sim" and config.foreign_policy == "reap"
+    assert config.resync_seconds == 0.5 and config.metrics_port_for("gc") == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"PK_DRIVER": "cuda"}, "PK_DRIVER='cuda' is not valid; expected one of: nvml, sim"),
+        ({"PK_FOREIGN_POLICY": "nuke"}, "PK_FOREIGN_POLICY"),
+        ({"PK_RESYNC_SECONDS": "soon"}, "PK_RESYNC_SECONDS='soon' is not a number"),
+        ({"PK_RESYNC_SECONDS": "0"}, "must be at least"),
+        ({"PK_SLICES_PER_CARD": "-1"}, "not a whole number"),
+        ({"PK_METRICS_PORT": "http"}, "PK_METRICS_PORT"),
+        ({"NATS_URL": "localhost"}, "has no scheme"),
+    ],
+)
+def test_bad_values_say_which_and_why(env: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
+        load({"PK_NODE_NAME": "n", **env})
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("allocator.before_lunch=exit", "unknown fault point"),
+        ("allocator.after_claim", "point=action"),
+        ("allocator.after_claim=explode", "is not 'exit' or 'delay:MS'"),
+        ("allocator.after_claim=delay:soon", "is not 'exit' or 'delay:MS'"),
+    ],
+)
+def test_bad_fault_specs_are_refused(spec: str, fragment: str) -> None:
+    with pytest.raises(FaultSpecError, match=fragment):
+        faults.parse(spec)
+    with pytest.raises(FaultSpecError):
+        load({"PK_NODE_NAME": "n", "PK_FAULTS": spec})
+
+
+async def test_faults_are_inert_when_unset_and_delay_when_set() -> None:
+    faults.reset("")
+    await faults.reach("gc.before_delete")
+    faults.reset("gc.before_delete=delay:1")
+    await faults.reach("gc.before_delete")
+    faults.reset(None)
+    with pytest.raises(FaultSpecError):
+        await faults.reach("gc.not_a_point")
+
+
+def test_exit_fault_ends_the_process_with_86() -> None:
+    code = (
+        "import asyncio; from partkeeper import faults;"
+        "asyncio.run(faults.reach('reclaimer.after_destroy')); print('survived')"
+    )
+    env = {"PK_FAULTS": "reclaimer.after_destroy=exit", "PATH": ""}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == faults.EXIT_STATUS
+    assert "survived" not in proc.stdout
+
+
+def test_service_with_bad_config_exits_2_with_one_sentence() -> None:
+    env = {"PK_DRIVER": "cuda", "PK_NODE_NAME": "n", "PK_METRICS_PORT": "0"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from partkeeper import runtime; "
+         "raise SystemExit(runtime.run('gc', None))"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "partkeeper gc: PK_DRIVER='cuda' is not valid; expected one of: nvml, sim"
+    )

@@ -1,0 +1,211 @@
+"""Admission, Allocate, PreStartContainer and freeing in the simulated kubelet."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
+from partkeeper.sim.kubelet import (
+    CREATE_CONTAINER_ERROR,
+    UNEXPECTED_ADMISSION_ERROR,
+    PodState,
+    pod_manifest,
+)
+
+pb = deviceplugin_pb2
+OTHER = "example.com/mig-2g.20gb"
+
+
+def add_pod(h: Harness, name: str, count: int = 1, resource: str = RESOURCE) -> str:
+    uid = f"uid-{name}"
+    h.source.add(pod_manifest(name, uid, {"main": {resource: count}}))
+    return uid
+
+
+def state(h: Harness, uid: str) -> PodState:
+    record = h.kubelet.record(uid)
+    assert record is not None
+    return record.state
+
+
+async def test_admission_allocates_the_lowest_free_ids_and_keeps_the_response() -> None:
+    async with running(healthy("dev-10", "dev-2", "dev-1")) as h:
+        uid = add_pod(h, "a", 2)
+        await h.wait_phase(uid, "Running")
+        assert h.plugin.allocated_ids() == [["dev-1", "dev-2"]]
+        assert all(len(r.container_requests) == 1 for r in h.plugin.allocate_calls)
+        container = h.kubelet.record(uid).containers["main"]
+        assert container.devices == {RESOURCE: ("dev-1", "dev-2")}
+        response = container.responses[RESOURCE]
+        assert dict(response.envs) == {"FAKE_VISIBLE_DEVICES": "dev-1,dev-2"}
+        assert [m.container_path for m in response.mounts] == ["/fake"]
+        assert [d.host_path for d in response.devices] == ["/dev/dev-1", "/dev/dev-2"]
+        assert h.kubelet.free(RESOURCE) == ["dev-10"]
+
+
+async def test_one_allocate_per_container_and_resource() -> None:
+    async with running(healthy("d0", "d1", "d2")) as h:
+        h.source.add(
+            pod_manifest("multi", "uid-multi", {"first": {RESOURCE: 1}, "second": {RESOURCE: 2}})
+        )
+        await h.wait_phase("uid-multi", "Running")
+        assert h.plugin.allocated_ids() == [["d0"], ["d1", "d2"]]
+        containers = h.kubelet.record("uid-multi").containers
+        assert containers["first"].devices == {RESOURCE: ("d0",)}
+        assert containers["second"].devices == {RESOURCE: ("d1", "d2")}
+
+
+async def test_preferred_allocation_is_asked_and_followed() -> None:
+    options = pb.DevicePluginOptions(get_preferred_allocation_available=True)
+    async with running(healthy("d0", "d1", "d2"), options=options) as h:
+        h.plugin.preferred_answer = ["d2", "unknown"]
+        uid = add_pod(h, "a", 2)
+        await h.wait_phase(uid, "Running")
+        request = h.plugin.preferred_calls[0].container_requests[0]
+        assert list(request.available_deviceIDs) == ["d0", "d1", "d2"]
+        assert request.allocation_size == 2
+        # The preference is advice: unknown IDs are dropped and the rest filled lowest first.
+        assert h.plugin.allocated_ids() == [["d2", "d0"]]
+
+
+async def test_unhealthy_devices_are_not_admitted() -> None:
+    async with running({"d0": UNHEALTHY, "d1": HEALTHY}) as h:
+        uid = add_pod(h, "a", 2)
+        await h.wait_phase(uid, "Failed")
+        report = h.source.last_report(uid)
+        assert report.reason == f"OutOf{RESOURCE}"
+        assert "requested: 2, used: 0, capacity: 1" in report.message
+        assert h.plugin.allocate_calls == []
+        assert state(h, uid) is PodState.REJECTED
+
+
+async def test_devices_held_by_a_running_pod_are_not_admitted() -> None:
+    async with running(healthy("d0", "d1")) as h:
+        first = add_pod(h, "first", 2)
+        await h.wait_phase(first, "Running")
+        second = add_pod(h, "second", 1)
+        await h.wait_phase(second, "Failed")
+        assert h.source.last_report(second).reason == f"OutOf{RESOURCE}"
+        assert h.plugin.allocated_ids() == [["d0", "d1"]]
+
+
+async def test_unregistered_resource_is_out_of_resource() -> None:
+    async with running(healthy("d0")) as h:
+        uid = add_pod(h, "a", 1, resource=OTHER)
+        await h.wait_phase(uid, "Failed")
+        assert h.source.last_report(uid).reason == f"OutOf{OTHER}"
+
+
+async def test_allocate_error_fails_the_pod_with_unexpected_admission_error() -> None:
+    async with running(healthy("d0", "d1")) as h:
+        h.plugin.allocate_error = "card 0 has no room for 1g.10gb"
+        uid = add_pod(h, "a", 1)
+        await h.wait_phase(uid, "Failed")
+        report = h.source.last_report(uid)
+        assert report.reason == UNEXPECTED_ADMISSION_ERROR
+        assert "card 0 has no room for 1g.10gb" in report.message
+        assert state(h, uid) is PodState.REJECTED
+        assert h.kubelet.free(RESOURCE) == ["d0", "d1"]
+        # The kubelet keeps going: the next Pod is admitted once the plugin answers again.
+        h.plugin.allocate_error = None
+        second = add_pod(h, "b", 1)
+        await h.wait_phase(second, "Running")
+
+
+async def test_pods_without_device_requests_run_without_plugin_calls() -> None:
+    async with running(healthy("d0")) as h:
+        h.source.add(pod_manifest("plain", "uid-plain", {"main": {}}))
+        await h.wait_phase("uid-plain", "Running")
+        assert h.plugin.allocate_calls == []
+
+
+async def test_pre_start_is_called_when_the_plugin_asks() -> None:
+    options = pb.DevicePluginOptions(pre_start_required=True)
+    async with running(healthy("d0", "d1"), options=options) as h:
+        uid = add_pod(h, "a", 1)
+        await h.wait_phase(uid, "Running")
+        assert h.plugin.pre_start_calls == [["d0"]]
+
+        h.plugin.pre_start_error = "device reset failed"
+        second = add_pod(h, "b", 1)
+        await h.wait_phase(second, "Pending")
+        report = h.source.last_report(second)
+        assert report.reason == CREATE_CONTAINER_ERROR
+        assert "device reset failed" in report.message
+        assert state(h, second) is PodState.START_FAILED
+        assert h.kubelet.free(RESOURCE) == []  # kubelet keeps the devices of an admitted Pod
+
+
+async def test_deleted_pod_frees_its_devices_before_it_is_finalized() -> None:
+    async with running(healthy("d0")) as h:
+        old = add_pod(h, "old", 1)
+        await h.wait_phase(old, "Running")
+        h.source.request_delete(old)
+        await h.source.wait_for(lambda: old in h.source.finalized, DEADLINE)
+        assert h.source.last_report(old).phase == "Succeeded"
+        assert h.source.pod(old) is None
+        # The successor gets the same device at once: the race partkeeper must survive.
+        new = add_pod(h, "new", 1)
+        await h.wait_phase(new, "Running")
+        assert h.plugin.allocated_ids() == [["d0"], ["d0"]]
+
+
+async def test_finished_pod_frees_its_devices() -> None:
+    async with running(healthy("d0")) as h:
+        uid = add_pod(h, "job", 1)
+        await h.wait_phase(uid, "Running")
+        await h.kubelet.finish(uid, "Failed", "Error", "exit code 1")
+        assert h.kubelet.free(RESOURCE) == ["d0"]
+        assert h.source.last_report(uid).reason == "Error"
+        assert h.source.pod(uid).phase == "Failed"
+        # Deleting a finished Pod only removes the object.
+        h.source.request_delete(uid)
+        await h.source.wait_for(lambda: h.source.pod(uid) is None, DEADLINE)
+        assert [r.phase for r in h.source.reports[uid]] == ["Running", "Failed"]
+
+
+async def test_phase_set_elsewhere_frees_the_devices() -> None:
+    async with running(healthy("d0")) as h:
+        uid = add_pod(h, "a", 1)
+        await h.wait_phase(uid, "Running")
+        await h.source.set_phase(uid, "Succeeded", "", "")  # as another writer would
+        await h.kubelet.wait_for(lambda: h.kubelet.free(RESOURCE) == ["d0"], DEADLINE)
+
+
+async def test_terminating_pod_keeps_devices_until_its_containers_stop() -> None:
+    async with running(healthy("d0"), termination_delay=3600) as h:
+        uid = add_pod(h, "slow", 1)
+        await h.wait_phase(uid, "Running")
+        h.source.request_delete(uid)
+        await h.kubelet.wait_for(lambda: state(h, uid) is PodState.TERMINATING, DEADLINE)
+        blocked = add_pod(h, "blocked", 1)
+        await h.wait_phase(blocked, "Failed")
+        assert h.kubelet.free(RESOURCE) == []
+        # A force delete stops the grace period at once.
+        h.source.force_delete(uid)
+        await h.kubelet.wait_for(lambda: h.kubelet.free(RESOURCE) == ["d0"], DEADLINE)
+        assert h.kubelet.record(uid).gone
+
+
+async def test_pending_pod_deleted_before_admission_is_only_finalized() -> None:
+    async with running(healthy("d0")) as h:
+        manifest = pod_manifest("late", "uid-late", {"main": {RESOURCE: 1}})
+        manifest["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+        h.source.add(manifest)
+        await h.source.wait_for(lambda: "uid-late" in h.source.finalized, DEADLINE)
+        assert h.plugin.allocate_calls == []
+
+
+async def test_allocate_in_flight_blocks_later_admissions() -> None:
+    async with running(healthy("d0", "d1")) as h:
+        h.plugin.allocate_gate = asyncio.Event()
+        first = add_pod(h, "first", 1)
+        await asyncio.wait_for(h.plugin.allocate_entered.wait(), DEADLINE)
+        second = add_pod(h, "second", 1)
+        assert h.kubelet.free(RESOURCE) == ["d1"]  # chosen for the Allocate in flight
+        assert h.kubelet.record(second) is None  # the sync loop is busy with the first
+        h.plugin.allocate_gate.set()
+        await h.wait_phase(second, "Running")
+        assert h.plugin.allocated_ids() == [["d0"], ["d1"]]
+        assert h.source.last_report(first).phase == "Running"
