@@ -84,11 +84,34 @@ class ResourceCapacity(msgspec.Struct, frozen=True, kw_only=True):
     free: int
 
 
+class InstanceView(msgspec.Struct, frozen=True, kw_only=True):
+    """A physical instance as the allocator last enumerated it, with the claim that owns it."""
+
+    uuid: str
+    profile: str
+    start: int
+    size: int
+    gi_id: int
+    foreign: bool
+    claim_id: str | None = None
+
+
+class CardView(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    uuid: str
+    model: str
+    mode: Literal["partition", "sliced"]
+    instances: list[InstanceView] = []
+    free: dict[str, int] = {}  # profile (or "sliced") -> instances placeable now
+    pending_reclaims: int = 0  # claims releasing, or held by Pods confirmed gone/finished
+
+
 class NodeCapacity(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="NodeCapacity"):
-    """What the allocator advertises, per resource, and the free placements per profile per card."""
+    """What the allocator advertises per resource, and its view of every card (for status)."""
 
     v: int = CURRENT
     node: str
     at: float
     resources: dict[str, ResourceCapacity] = {}
     free_per_card: dict[str, dict[str, int]] = {}
+    cards: list[CardView] = []

@@ -13,7 +13,7 @@ import pytest
 from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology
-from partkeeper.testing.natsserver import NatsServer
+from partkeeper.stack.natsserver import NatsServer
 
 
 @pytest.fixture(scope="session")

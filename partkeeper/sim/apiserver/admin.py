@@ -130,6 +130,10 @@ class Admin:
     def open_watches(self) -> int:
         return self._run(lambda: self._state.hub.open_streams)
 
+    def undelivered_watch_events(self) -> int:
+        """Items queued for open watches and not yet written (they pile up while stalled)."""
+        return self._run(lambda: self._state.hub.undelivered)
+
     def set_unavailable(self, unavailable: bool = True) -> None:
         """Answer every request with 503 and end the open watches; False restores service."""
 

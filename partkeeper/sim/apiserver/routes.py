@@ -105,6 +105,7 @@ def _add_discovery(router: web.UrlDispatcher) -> None:
         router.add_get(path, handler)
         router.add_get(f"{path}/", handler)
 
+
 async def _ok(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 

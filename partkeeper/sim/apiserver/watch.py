@@ -35,6 +35,13 @@ class WatchStream:
     selector: Selector
     initial: list[tuple[str, Any]]
     queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+    held: Any = None
+
+    @property
+    def undelivered(self) -> int:
+        """Changes and raw lines taken from the store but not yet written (e.g. while stalled)."""
+        held = self.held is not None and self.held is not _BOOKMARK_DUE
+        return self.queue.qsize() + held
 
     def event_for(self, change: Change) -> tuple[str, Any] | None:
         if self.namespace is not None and change.namespace != self.namespace:
@@ -55,6 +62,10 @@ class WatchHub:
     @property
     def open_streams(self) -> int:
         return len(self._streams)
+
+    @property
+    def undelivered(self) -> int:
+        return sum(stream.undelivered for stream in self._streams)
 
     def open(
         self, resource: str, namespace: str | None, selector: Selector, since: int | None
@@ -120,22 +131,21 @@ class WatchHub:
             await write(event_line(event_type, convert(obj)))
         next_bookmark = loop.time() + bookmark_every if bookmark_every else None
         while True:
+            item = await _next(stream.queue, next_bookmark, loop)
+            # A stall holds what was taken, so nothing is written until it is lifted.
+            stream.held = item
             await self._flowing.wait()
-            if next_bookmark is not None and loop.time() >= next_bookmark:
+            stream.held = None
+            if item is _BOOKMARK_DUE:
                 if stream.queue.empty():
-                    # An empty queue means every change up to the store's version is delivered.
+                    # Nothing pending: every change up to the store's version is delivered.
                     await write(event_line(BOOKMARK, self._bookmark(kind)))
                 next_bookmark = loop.time() + (bookmark_every or 0)
-            item = await _next(stream.queue, next_bookmark, loop)
-            if item is _TIMEOUT:
-                continue
-            if item is None:
+            elif item is None:
                 return
-            if isinstance(item, bytes):
+            elif isinstance(item, bytes):
                 await write(item)
-                continue
-            event = stream.event_for(item)
-            if event is not None:
+            elif (event := stream.event_for(item)) is not None:
                 await write(event_line(event[0], convert(event[1])))
 
     def _bookmark(self, kind: kinds.Kind) -> dict[str, Any]:
@@ -146,18 +156,24 @@ class WatchHub:
         }
 
 
-_TIMEOUT: Any = object()
+_BOOKMARK_DUE: Any = object()
 
 
 async def _next(
     queue: asyncio.Queue[Item], deadline: float | None, loop: asyncio.AbstractEventLoop
 ) -> Any:
+    """The next queued item; ready items go first, so a due bookmark waits for a drained queue."""
+    if not queue.empty():
+        return queue.get_nowait()
     if deadline is None:
         return await queue.get()
+    remaining = deadline - loop.time()
+    if remaining <= 0:
+        return _BOOKMARK_DUE
     try:
-        return await asyncio.wait_for(queue.get(), max(0.0, deadline - loop.time()))
+        return await asyncio.wait_for(queue.get(), remaining)
     except TimeoutError:
-        return _TIMEOUT
+        return _BOOKMARK_DUE
 
 
 def error_line(error: ApiError) -> bytes:
