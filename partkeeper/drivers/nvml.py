@@ -11,7 +11,6 @@ reading is a ReadError, never an empty or shortened list.
 from __future__ import annotations
 
 import ctypes
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,7 +106,9 @@ class NvmlDriver:
     name = "nvml"
 
     def __init__(self) -> None:
-        self._nv: ModuleType = importlib.import_module("pynvml")
+        import pynvml  # here, not at the top: see the module docstring
+
+        self._nv: ModuleType = pynvml
         self._info: dict[int, _CardInfo] = {}
         self._read("open", None, "initialising NVML", self._nv.nvmlInit)
 

@@ -130,6 +130,8 @@ def _write(path: Path, state: SimState) -> None:
     """Atomic: readers see the old or the new file, never a torn one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes 0600; keep the file readable by the other processes sharing it.
+        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         with os.fdopen(fd, "wb") as out:
             out.write(_encode(state))
             out.flush()

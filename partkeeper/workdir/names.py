@@ -2,9 +2,9 @@
 
 Layout (DESIGN.md section 5):
 
-    <root>/<podUID>/c-<container>/partition-<MIG uuid>.json     (allocator writes, reclaimer removes)
-    <root>/<podUID>/c-<container>/sliced/                        (allocator writes, only the GC removes)
-    <root>/<podUID>/c-<container>/sliced/.partkeeper-owned       (the ownership mark)
+    <root>/<podUID>/c-<container>/partition-<MIG uuid>.json   allocator writes, reclaimer removes
+    <root>/<podUID>/c-<container>/sliced/                      allocator writes, only the GC removes
+    <root>/<podUID>/c-<container>/sliced/.partkeeper-owned     the ownership mark
 
 Nothing here touches the filesystem. Every name is validated before a path is built from it, so a
 Pod UID, container name or MIG UUID can never carry a separator, `..` or a NUL.
@@ -51,7 +51,7 @@ class InvalidName(WorkdirError, ValueError):
 
 
 class UnsafePath(WorkdirError):
-    """The tree holds something that would make us follow a link, cross a mount or leave the root."""
+    """Going on would follow a link, cross a mount or touch something that is not ours."""
 
 
 def check_uid(root: Path | str, uid: object) -> str:

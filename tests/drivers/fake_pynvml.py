@@ -33,7 +33,9 @@ class Row:
     memory_mb: int
 
 
-def _rows(p1: str, p1me: str, p1x2: str, p2: str, p3: str, p4: str, p7: str, mb: list[int]):
+def _rows(names: str, mb: list[int]) -> list[Row]:
+    """A model's GI profiles, named in this order: 1g, 1g+me, 1g on two slices, 2g, 3g, 4g, 7g."""
+    p1, p1me, p1x2, p2, p3, p4, p7 = names.split()
     return [
         Row(0x0, 19, p1, 1, 1, _ONE, mb[0]),
         Row(0x7, 20, p1me, 1, 1, _ONE, mb[0]),  # REV1: the +me variant
@@ -47,15 +49,13 @@ def _rows(p1: str, p1me: str, p1x2: str, p2: str, p3: str, p4: str, p7: str, mb:
 
 TABLES: dict[str, list[Row]] = {
     "A100-40GB": _rows(
-        "1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb",
-        [4864, 9856, 19968, 40192],
+        "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb", [4864, 9856, 19968, 40192]
     ),
     "H100-80GB": _rows(
-        "1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
-        [9856, 19968, 40448, 80896],
+        "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb", [9856, 19968, 40448, 80896]
     ),
     "H200-141GB": _rows(
-        "1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb",
+        "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb",
         [16384, 32768, 71424, 143360],
     ),
 }
@@ -212,7 +212,11 @@ class FakeNvml(types.ModuleType):
         placement = c_nvmlGpuInstancePlacement_t(start, row.size)
         gi = self._gi(self.nvmlDeviceCreateGpuInstanceWithPlacement(gpu, row.nvml_id, placement))
         if with_ci:
-            self.nvmlGpuInstanceCreateComputeInstance(gi.handle, _ci_const(row.compute))
+            shared = self.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+            info = self.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gi.handle, _ci_const(row.compute), shared
+            )
+            self.nvmlGpuInstanceCreateComputeInstance(gi.handle, info.id)
         return gi
 
     # -- helpers ------------------------------------------------------------------------------
@@ -287,8 +291,11 @@ class FakeNvml(types.ModuleType):
             if row.const == const:
                 name = f"MIG {row.name}".encode() if self.profile_names else b""
                 return types.SimpleNamespace(
-                    id=row.nvml_id, sliceCount=row.compute, instanceCount=len(row.starts),
-                    memorySizeMB=row.memory_mb, name=name,
+                    id=row.nvml_id,
+                    sliceCount=row.compute,
+                    instanceCount=len(row.starts),
+                    memorySizeMB=row.memory_mb,
+                    name=name,
                 )
         raise NVMLError(self.NVML_ERROR_NOT_SUPPORTED)
 
@@ -420,7 +427,7 @@ class FakeNvml(types.ModuleType):
 
     @_nvml
     def nvmlDeviceGetComputeRunningProcesses(self, mig: MigDevice) -> list[Any]:
-        return [types.SimpleNamespace(pid=1000 + n, usedGpuMemory=0) for n in range(mig.ci.processes)]
+        return [types.SimpleNamespace(pid=1000 + n) for n in range(mig.ci.processes)]
 
 
 def _ci_const(compute: int) -> int:

@@ -1,4 +1,4 @@
-"""The driver contract, run against both drivers: `sim` on a temp state file, `nvml` on fake NVML."""
+"""The driver contract, run on both drivers: `sim` on a temp state file, `nvml` on fake NVML."""
 
 from __future__ import annotations
 
@@ -24,8 +24,12 @@ H100, A100, H200, SLICED = 0, 1, 2, 3
 
 # DESIGN.md section 6: how many instances of each profile an empty card holds.
 EMPTY_CARD_COUNTS = {
-    "A100-40GB": {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
-    "H100-80GB": {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
+    "A100-40GB": {
+        "1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1,
+    },
+    "H100-80GB": {
+        "1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1,
+    },
     "H200-141GB": {
         "1g.18gb": 7, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1,
     },
@@ -73,7 +77,7 @@ def test_create_at_every_legal_placement(harness: Harness, profile: str) -> None
     shape = profiles.model("H100-80GB").profiles[profile]
     for start in shape.starts:
         inst = harness.driver.create(InstanceSpec(H100, profile, start))
-        assert (inst.card, inst.profile, inst.start, inst.size) == (H100, profile, start, shape.size)
+        assert inst.spec == InstanceSpec(H100, profile, start) and inst.size == shape.size
         assert (inst.gi_id, inst.ci_id) == (1, 0)  # the lowest free GI id on an empty card
         assert inst.uuid.startswith("MIG-")
         assert harness.driver.instances(H100) == [inst]

@@ -111,7 +111,9 @@ class FakePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
 
     # -- DevicePlugin service --------------------------------------------------------------
 
-    async def GetDevicePluginOptions(self, request: pb.Empty, context: object) -> pb.DevicePluginOptions:
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: object
+    ) -> pb.DevicePluginOptions:
         return self.options
 
     async def ListAndWatch(
@@ -157,8 +159,10 @@ def _response(ids: list[str]) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs={"FAKE_VISIBLE_DEVICES": ",".join(ids)},
         mounts=[pb.Mount(container_path="/fake", host_path="/tmp/fake", read_only=True)],
-        devices=[pb.DeviceSpec(container_path=f"/dev/{i}", host_path=f"/dev/{i}", permissions="rw")
-                 for i in ids],
+        devices=[
+            pb.DeviceSpec(container_path=f"/dev/{i}", host_path=f"/dev/{i}", permissions="rw")
+            for i in ids
+        ],
         annotations={"fake/ids": ",".join(ids)},
     )
 

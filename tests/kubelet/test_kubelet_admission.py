@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
     CREATE_CONTAINER_ERROR,

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from kubelet.kubelet_harness import DEADLINE, FakePlugin, healthy, short_tmpdir
+
 from partkeeper.kubelet import (
     HEALTHY,
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
     open_unix_channel,
     podresources_pb2,
+    regen,
     unix_target,
 )
-from partkeeper.kubelet import regen
 
 pb = deviceplugin_pb2
 KUBELET_PKG = Path(regen.__file__).parent
@@ -105,8 +105,13 @@ def test_packages_and_method_paths_match_kubelet() -> None:
     assert services == {
         "v1beta1.Registration": ["Register"],
         "v1beta1.DevicePlugin": sorted(
-            ["GetDevicePluginOptions", "ListAndWatch", "GetPreferredAllocation", "Allocate",
-             "PreStartContainer"]
+            [
+                "GetDevicePluginOptions",
+                "ListAndWatch",
+                "GetPreferredAllocation",
+                "Allocate",
+                "PreStartContainer",
+            ]
         ),
         "v1.PodResourcesLister": ["Get", "GetAllocatableResources", "List"],
     }
@@ -137,7 +142,8 @@ async def test_stubs_round_trip_over_a_unix_socket() -> None:
                 stream = stub.ListAndWatch(pb.Empty(), timeout=DEADLINE)
                 first = await stream.read()
                 assert [(d.ID, d.health) for d in first.devices] == [
-                    ("d0", HEALTHY), ("d1", HEALTHY)
+                    ("d0", HEALTHY),
+                    ("d1", HEALTHY),
                 ]
                 stream.cancel()
 
@@ -183,8 +189,15 @@ async def test_plugin_errors_arrive_as_grpc_status() -> None:
             await plugin.stop()
 
 
-@pytest.mark.parametrize("name", ["deviceplugin_pb2.py", "deviceplugin_pb2_grpc.py",
-                                  "podresources_pb2.py", "podresources_pb2_grpc.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "deviceplugin_pb2.py",
+        "deviceplugin_pb2_grpc.py",
+        "podresources_pb2.py",
+        "podresources_pb2_grpc.py",
+    ],
+)
 def test_checked_in_modules_carry_no_version_guard(name: str) -> None:
     text = (KUBELET_PKG / name).read_text(encoding="utf-8")
     for guard in ("_runtime_version", "GRPC_GENERATED_VERSION", "_registered_method"):
@@ -223,7 +236,9 @@ def test_checked_in_modules_match_the_protos() -> None:
     with short_tmpdir() as out:
         written = regen.regenerate(out)
         assert sorted(p.name for p in written) == sorted(
-            p.name for p in KUBELET_PKG.iterdir() if "_pb2" in p.name and p.suffix in {".py", ".pyi"}
+            p.name
+            for p in KUBELET_PKG.iterdir()
+            if "_pb2" in p.name and p.suffix in {".py", ".pyi"}
         )
         for path in written:
             assert path.read_text() == (KUBELET_PKG / path.name).read_text(), path.name

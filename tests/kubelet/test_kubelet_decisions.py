@@ -77,8 +77,15 @@ def test_pod_from_manifest_reads_what_the_kubernetes_client_serializes() -> None
 
 @pytest.mark.parametrize(
     ("name", "extended"),
-    [(R, True), ("example.com/foo", True), ("cpu", False), ("nvidia.com", False),
-     ("kubernetes.io/foo", False), ("node.kubernetes.io/foo", False), ("requests.a/b", False)],
+    [
+        (R, True),
+        ("example.com/foo", True),
+        ("cpu", False),
+        ("nvidia.com", False),
+        ("kubernetes.io/foo", False),
+        ("node.kubernetes.io/foo", False),
+        ("requests.a/b", False),
+    ],
 )
 def test_is_extended_resource(name: str, extended: bool) -> None:
     assert is_extended_resource(name) is extended
@@ -117,7 +124,10 @@ def test_shortage_counts_the_whole_pod_against_healthy_free_devices() -> None:
     shortage = find_shortage(requests, healthy, {R: {"d0", "d1", "x-unhealthy"}})
     assert shortage is not None
     assert (shortage.reason, shortage.requested, shortage.used, shortage.capacity) == (
-        f"OutOf{R}", 3, 2, 4
+        f"OutOf{R}",
+        3,
+        2,
+        4,
     )
 
 
@@ -133,6 +143,8 @@ def test_relist_reports_vanished_pods_and_orders_the_rest_oldest_first() -> None
     ]
     events = relist_events(known, listed)
     assert [(e.kind, e.pod.uid) for e in events] == [
-        ("deleted", "gone"), ("upsert", "old"), ("upsert", "new")
+        ("deleted", "gone"),
+        ("upsert", "old"),
+        ("upsert", "new"),
     ]
     assert set(known) == {"new", "old"}

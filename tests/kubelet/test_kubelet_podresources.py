@@ -6,8 +6,8 @@ import asyncio
 
 import grpc
 import pytest
-
 from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
 from partkeeper.sim.kubelet import pod_manifest
 

@@ -6,7 +6,6 @@ import os
 
 import grpc
 import pytest
-
 from kubelet.kubelet_harness import (
     DEADLINE,
     RESOURCE,
@@ -15,6 +14,7 @@ from kubelet.kubelet_harness import (
     running,
     short_tmpdir,
 )
+
 from partkeeper.kubelet import UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import MemoryPodSource, PodState, SimKubelet, pod_manifest
 

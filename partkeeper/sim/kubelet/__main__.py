@@ -15,6 +15,7 @@ from pathlib import Path
 from partkeeper.kubelet import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
 from partkeeper.sim.kubelet.cluster import ClusterPodSource
 from partkeeper.sim.kubelet.kubelet import SimKubelet
+from partkeeper.telemetry import logs
 
 log = logging.getLogger("partkeeper.sim.kubelet")
 
@@ -72,10 +73,7 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=os.environ.get("PK_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.setup("sim-kubelet")
     asyncio.run(run(build_parser().parse_args(argv)))
     return 0
 

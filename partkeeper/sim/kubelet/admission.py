@@ -82,10 +82,10 @@ def choose(available: Sequence[str], count: int, preferred: Sequence[str] = ()) 
     offered = set(available)
     chosen: list[str] = []
     for device in (*preferred, *sorted(available, key=natural_key)):
-        if device in offered and device not in chosen:
-            chosen.append(device)
         if len(chosen) == count:
             break
+        if device in offered and device not in chosen:
+            chosen.append(device)
     return chosen
 
 

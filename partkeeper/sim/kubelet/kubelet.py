@@ -35,6 +35,7 @@ from partkeeper.sim.kubelet.records import (
     new_containers,
 )
 from partkeeper.sim.kubelet.source import PodSource
+from partkeeper.telemetry.logs import decision
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class SimKubelet:
                 if pod.deletion_requested:
                     self._spawn(rec, self._terminate(rec))
                 elif pod.finished:
-                    log.info("Pod %s (%s) finished as %s", pod.key, pod.uid, pod.phase)
+                    decision(log, f"Pod finished as {pod.phase}; devices freed", **_ids(rec))
                     rec.phase = pod.phase
                     self._set_state(rec, PodState.TERMINATED)
             case PodState.REJECTED | PodState.TERMINATED:
@@ -259,7 +260,7 @@ class SimKubelet:
             self._set_state(rec, PodState.TERMINATED)
         rec.pod, rec.gone = pod, True
         self._gone.append(self._pods.pop(pod.uid))
-        log.info("Pod %s (%s) is gone", pod.key, pod.uid)
+        decision(log, "Pod object is gone", **_ids(rec))
         self._changes.touch()
 
     # -- admission -------------------------------------------------------------------------
@@ -307,13 +308,13 @@ class SimKubelet:
             del container.pending[resource]
         container.devices[resource] = ids
         container.responses[resource] = response
-        log.info(
-            "Pod %s (%s) container %s got %s %s",
-            rec.pod.key,
-            rec.pod.uid,
-            container.name,
-            resource,
-            ",".join(ids),
+        decision(
+            log,
+            "Allocate succeeded",
+            **_ids(rec),
+            container=container.name,
+            resource=resource,
+            devices=",".join(ids),
         )
         self._changes.touch()
 
@@ -333,7 +334,7 @@ class SimKubelet:
         await self._report(rec, "Running", "", "")
 
     async def _reject(self, rec: PodRecord, reason: str, message: str) -> None:
-        log.info("Pod %s (%s) rejected: %s: %s", rec.pod.key, rec.pod.uid, reason, message)
+        decision(log, f"Pod rejected: {message}", **_ids(rec), reason=reason)
         self._set_state(rec, PodState.REJECTED)
         await self._report(rec, "Failed", reason, message)
 
@@ -345,7 +346,7 @@ class SimKubelet:
         if self._termination_delay > 0:
             await asyncio.sleep(self._termination_delay)  # the modelled grace period
         self._set_state(rec, PodState.TERMINATED)
-        log.info("Pod %s (%s) containers stopped; devices freed", rec.pod.key, rec.pod.uid)
+        decision(log, "Pod containers stopped; devices freed", **_ids(rec))
         if started:
             await self._report(rec, "Succeeded", "", "")
         else:
@@ -362,6 +363,7 @@ class SimKubelet:
             log.warning("deleting Pod %s (%s) failed: %r", rec.pod.key, rec.pod.uid, exc)
             return
         rec.finalized = True
+        self._changes.touch()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -385,3 +387,7 @@ class SimKubelet:
             log.warning(
                 "reporting %s for Pod %s (%s) failed: %r", phase, rec.pod.key, rec.pod.uid, exc
             )
+
+
+def _ids(rec: PodRecord) -> dict[str, str]:
+    return {"pod_uid": rec.pod.uid, "pod": rec.pod.key}

@@ -207,6 +207,9 @@ class PluginRegistry(deviceplugin_pb2_grpc.RegistrationServicer):
             await endpoint.close()
             self._on_change()
             return
+        except asyncio.CancelledError:
+            await endpoint.close()  # stopped while dialling: the channel must not outlive us
+            raise
         old = self.endpoints.get(endpoint.resource)
         if old is not None:
             # The old list stays, Unhealthy, until the new plugin sends its own.

@@ -1,0 +1,31 @@
+"""Tunables of the allocator that are not configuration: the defaults are the documented ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from partkeeper.bus import backoff
+from partkeeper.drivers import Driver
+
+
+@dataclass(frozen=True, slots=True)
+class LookupPolicy:
+    """The one bounded retry for finding a Pod while the watcher catches up (every call site)."""
+
+    attempts: int = 8
+    base: float = 0.05
+    cap: float = 1.0
+    timeout: float = 2.0  # per request
+
+    def delay(self, attempt: int) -> float:
+        return backoff.delay(attempt, base=self.base, cap=self.cap)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    room_wait_seconds: float = 30.0  # how long an Allocate waits for room before refusing
+    kubelet_poll_seconds: float = 1.0  # stat poll of kubelet.sock (no inotify in the stdlib)
+    hardware_poll_seconds: float = 1.0  # enumeration of the cards for foreign changes
+    reclaim_timeout: float = 10.0  # how long reclaim.now may take to answer
+    lookup: LookupPolicy = field(default_factory=LookupPolicy)
+    driver: Driver | None = None  # an already opened driver (tests, the embedded stack)

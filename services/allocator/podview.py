@@ -1,0 +1,100 @@
+"""The allocator's view of its node's Pods: a mirror of the watcher's `pk-pods` bucket.
+
+Chosen over a consumer of PK_PODS because the allocator needs the current state of each Pod, not
+the history of how it got there: a KV watch (an ephemeral ordered consumer) replays the latest
+record of every key of this node and then follows changes, so a restarted allocator starts with a
+complete view and nothing has to be acknowledged. Only the watcher writes records; a Pod we have
+no record of is `None` (unknown), never dead: death is an event, never an absence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
+
+from partkeeper.bus import backoff
+from schemas import PodRecord, SchemaError, decode
+from schemas.names import decode_token, encode_token
+from schemas.pods import PodState
+
+log = logging.getLogger(__name__)
+
+DEAD = frozenset({"finished", "gone"})
+
+
+class PodView:
+    def __init__(self, kv: KeyValue, node: str, on_change: Callable[[], None]) -> None:
+        self.kv = kv
+        self.node = node
+        self.prefix = f"{encode_token(node)}."
+        self.on_change = on_change
+        self.records: dict[str, PodRecord] = {}
+        self.skipped = 0  # undecodable records (left out, counted)
+
+    def state(self, uid: str) -> PodState | None:
+        record = self.records.get(uid)
+        return record.state if record is not None else None
+
+    def dead(self, uid: str) -> bool:
+        return self.state(uid) in DEAD
+
+    def record(self, uid: str) -> PodRecord | None:
+        return self.records.get(uid)
+
+    async def run(self, loaded: asyncio.Event) -> None:
+        """Follow the bucket until cancelled; `loaded` is set once the first replay is complete."""
+        attempt = 0
+        while True:
+            try:
+                await self._follow(loaded)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                attempt += 1
+                wait = backoff.delay(attempt, cap=5.0)
+                log.warning("watching pk-pods failed (%s); again in %.1fs", exc, wait)
+                await asyncio.sleep(wait)
+
+    async def _follow(self, loaded: asyncio.Event) -> None:
+        watcher = await self.kv.watch(f"{self.prefix}*")
+        replay: dict[str, PodRecord] | None = {}
+        try:
+            async for entry in watcher:
+                if entry is None:  # end of the replay: swap it in whole
+                    if replay is not None:
+                        self.records, replay = replay, None
+                        loaded.set()
+                        self.on_change()
+                    continue
+                target = replay if replay is not None else self.records
+                self._apply(target, entry)
+                if replay is None:
+                    self.on_change()
+        finally:
+            await watcher.stop()
+
+    def _apply(self, target: dict[str, PodRecord], entry: KeyValue.Entry) -> None:
+        try:
+            uid = decode_token(entry.key[len(self.prefix) :])
+        except ValueError:
+            self.skipped += 1
+            log.warning("pk-pods key %s is not <node>.<uid>; ignored", entry.key)
+            return
+        if entry.operation in (KV_DEL, KV_PURGE):
+            target.pop(uid, None)  # the record expired: unknown again, not dead
+            return
+        try:
+            record = decode(entry.value or b"", PodRecord, what=f"pod record {entry.key}")
+        except SchemaError as exc:
+            self.skipped += 1
+            log.warning("%s; the previous view of Pod %s is kept", exc, uid)
+            return
+        if record.uid != uid or record.node != self.node:
+            self.skipped += 1
+            log.warning("pod record %s names Pod %s on %s; ignored", entry.key, record.uid,
+                        record.node)
+            return
+        target[uid] = record

@@ -1,0 +1,71 @@
+"""One consistent-enough read of everything a decision needs: claims, hardware, Pod states.
+
+Every read is fresh (the claims from the store with their revisions, the instances from the
+driver); the Pod states come from the pk-pods mirror. A failed read of any card fails the whole
+snapshot (`SnapshotError`): nothing is ever concluded from a partial enumeration (invariant 9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from partkeeper.claims import StoreReadError
+from partkeeper.drivers import Card, DriverError, Instance
+from schemas import CardClaims, Claim
+from services.allocator.context import Context
+
+
+class SnapshotError(Exception):
+    """The claims or the hardware could not be read completely."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    cards: Mapping[int, Card]
+    docs: Mapping[int, CardClaims]
+    revisions: Mapping[int, int]
+    instances: Mapping[int, tuple[Instance, ...]]
+    dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
+
+    @property
+    def claims(self) -> list[Claim]:
+        return [c for card in sorted(self.docs) for c in self.docs[card].claims.values()]
+
+    @property
+    def all_instances(self) -> list[Instance]:
+        return [i for card in sorted(self.instances) for i in self.instances[card]]
+
+    def is_dead(self, uid: str) -> bool:
+        return uid in self.dead
+
+    def with_dead(self, uids: Iterable[str]) -> Snapshot:
+        return replace(self, dead=self.dead | frozenset(uids))
+
+
+async def read_instances(ctx: Context) -> dict[int, tuple[Instance, ...]]:
+    """Every partition-mode card's instances, in one thread hop. Raises SnapshotError."""
+    partition_cards = [c.index for c in ctx.cards if c.mode == "partition"]
+
+    def enumerate_all() -> dict[int, tuple[Instance, ...]]:
+        return {card: tuple(ctx.driver.instances(card)) for card in partition_cards}
+
+    try:
+        return await asyncio.to_thread(enumerate_all)
+    except DriverError as exc:
+        raise SnapshotError(f"enumerating the cards failed: {exc}") from exc
+
+
+async def read(ctx: Context) -> Snapshot:
+    cards = [c.index for c in ctx.cards]
+    try:
+        read_docs = await asyncio.gather(*(ctx.store.read(card) for card in cards))
+    except StoreReadError as exc:
+        raise SnapshotError(f"reading the claims failed: {exc}") from exc
+    instances = await read_instances(ctx)
+    docs = {card: doc for card, (doc, _) in zip(cards, read_docs, strict=True)}
+    revisions = {card: rev for card, (_, rev) in zip(cards, read_docs, strict=True)}
+    uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
+    dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
+    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead)

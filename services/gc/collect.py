@@ -1,0 +1,169 @@
+"""Collecting one Pod's working directory: look, ask, decide, delete, announce.
+
+The same path serves the event consumer and the periodic sweep. One collection per Pod UID runs at
+a time, so an event and a sweep never race each other over the same directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from partkeeper import faults, workdir
+from partkeeper.bus import backoff, publish
+from partkeeper.config import Config
+from partkeeper.telemetry import logs, metrics
+from schemas import WorkdirCollected, validate_pod_uid
+from schemas.names import parts_subject
+from services.gc import ask, decide
+from services.gc.decide import Plan, Verdict
+from services.gc.report import Reporter
+
+log = logging.getLogger(__name__)
+
+PUBLISH_ATTEMPTS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    uid: str
+    verdict: Verdict
+    reason: str
+    removed: tuple[str, ...] = ()
+    left: tuple[tuple[str, str], ...] = ()
+    unanswered: bool = False  # a question went unanswered: the sweep stops asking for now
+
+
+class Collector:
+    def __init__(
+        self,
+        config: Config,
+        nc: Client,
+        *,
+        device_of: workdir.DeviceOf = workdir.st_device,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.root = config.pods_dir
+        self.node = config.node
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.device_of = device_of
+        self.reporter = reporter or Reporter()
+        self._busy: dict[str, asyncio.Event] = {}
+
+    async def collect(self, uid: str) -> Outcome:
+        """Collect what is the GC's of Pod `uid`, if the watcher and the allocator allow it.
+
+        Raises InvalidPodUID for a malformed UID before any path is built from it.
+        """
+        uid = validate_pod_uid(uid)
+        async with self._exclusive(uid):
+            try:
+                return await self._collect(uid)
+            except workdir.WorkdirError as exc:
+                logs.decision(log, "gc could not read or delete; will retry", pod_uid=uid,
+                              error=str(exc))
+                metrics.GC_REFUSED.labels("error").inc()
+                return Outcome(uid, "defer", f"working directory error: {exc}")
+
+    async def _collect(self, uid: str) -> Outcome:
+        listing = await asyncio.to_thread(
+            workdir.scan_pod, self.root, uid, device_of=self.device_of
+        )
+        plan = decide.candidates(listing)
+        if plan.verdict == "collect":
+            pod = await ask.pod_state(self.nc, self.node, uid)
+            claims = None
+            if pod is not None and pod.state in ("gone", "finished"):
+                claims = await ask.pod_claims(self.nc, self.node, uid)
+            plan = decide.decide(listing, pod, claims)
+        self.reporter.unrecognised(uid, plan.report)
+        if plan.verdict != "collect":
+            return self._not_collected(uid, plan)
+        removed, left = await self._execute(uid, plan)
+        self.reporter.left(uid, left)
+        if removed:
+            await self._announce(uid, removed)
+        logs.decision(log, "gc collected Pod working directory", pod_uid=uid,
+                      reason=plan.reason, removed=removed, left=[p for p, _ in left])
+        return Outcome(uid, "collect", plan.reason, tuple(removed), tuple(left))
+
+    def _not_collected(self, uid: str, plan: Plan) -> Outcome:
+        if plan.verdict in ("defer", "refuse"):
+            metrics.GC_REFUSED.labels(_reason_label(plan)).inc()
+            after = "will ask again" if plan.verdict == "defer" else "left in place"
+            logs.decision(log, f"gc deletes nothing: {plan.reason}; {after}", pod_uid=uid,
+                          verdict=plan.verdict)
+        unanswered = plan.verdict == "defer" and "did not answer" in plan.reason
+        return Outcome(uid, plan.verdict, plan.reason, unanswered=unanswered)
+
+    async def _execute(self, uid: str, plan: Plan) -> tuple[list[str], list[tuple[str, str]]]:
+        removed: list[str] = []
+        left: list[tuple[str, str]] = []
+        for container in plan.sliced:
+            await faults.reach("gc.before_delete")
+            purge = await asyncio.to_thread(
+                workdir.collect_sliced, self.root, uid, container, device_of=self.device_of
+            )
+            top = f"{uid}/{workdir.CONTAINER_PREFIX}{container}/{workdir.SLICED}"
+            removed += [p for p in purge.removed if p == top]
+            left += purge.left
+        if plan.rmdirs or plan.pod_rmdir:
+            await faults.reach("gc.before_delete")
+            purge = await asyncio.to_thread(
+                workdir.remove_empty, self.root, uid, plan.rmdirs,
+                include_pod=plan.pod_rmdir, device_of=self.device_of,
+            )
+            removed += purge.removed
+            left += purge.left
+        return removed, left
+
+    async def _announce(self, uid: str, removed: list[str]) -> None:
+        event = WorkdirCollected(node=self.node, at=time.time(), pod_uid=uid, removed=removed)
+        # The id names the fact (these paths of this Pod were removed), so a retry is de-duplicated.
+        digest = hashlib.sha256("\n".join(sorted(removed)).encode()).hexdigest()[:16]
+        msg_id = f"WorkdirCollected/{uid}/{digest}"
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                await publish(self.js, parts_subject(self.node, None), event, msg_id=msg_id)
+            except Exception as exc:
+                if attempt == PUBLISH_ATTEMPTS:
+                    # The deletion already happened and cannot be redone to re-announce it.
+                    log.error("WorkdirCollected for Pod %s not published after %d attempts (%s); "
+                              "the deletion stands, only its audit record is missing",
+                              uid, attempt, exc)
+                    return
+                await asyncio.sleep(backoff.delay(attempt))
+            else:
+                metrics.GC_COLLECTED.inc()
+                return
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, uid: str) -> AsyncIterator[None]:
+        while (busy := self._busy.get(uid)) is not None:
+            await busy.wait()
+        done = asyncio.Event()
+        self._busy[uid] = done
+        try:
+            yield
+        finally:
+            del self._busy[uid]
+            done.set()
+
+
+def _reason_label(plan: Plan) -> str:
+    if "did not answer" in plan.reason:
+        return "unanswered"
+    if plan.reason.startswith("Pod is "):
+        return plan.reason.split()[2]  # live / unknown
+    if "creating" in plan.reason:
+        return "creating"
+    return "unsafe" if plan.verdict == "refuse" else "other"

@@ -1,0 +1,55 @@
+"""What every part of the reclaimer shares: configuration, NATS, the claims store, the driver.
+
+Driver calls go through `asyncio.to_thread` here and nowhere else in the service. Destroys on one
+card are serialised by a per-card lock (hardware serialises them anyway), but nothing waits on
+that lock while sleeping between retries, so a card that refuses holds up nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from partkeeper.claims import ClaimsStore
+from partkeeper.config import Config
+from partkeeper.drivers.base import Driver, DriverError, Instance
+from services.reclaimer.audit import Audit
+from services.reclaimer.tuning import Tuning
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Context:
+    config: Config
+    nc: Client
+    js: JetStreamContext
+    store: ClaimsStore
+    driver: Driver
+    audit: Audit
+    tuning: Tuning
+    _locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+
+    @property
+    def node(self) -> str:
+        return self.config.node
+
+    def card_lock(self, card: int) -> asyncio.Lock:
+        return self._locks.setdefault(card, asyncio.Lock())
+
+    async def instances(self, card: int) -> list[Instance] | None:
+        """The card's instances, or None when the enumeration failed (never 'none exist')."""
+        try:
+            return await asyncio.to_thread(self.driver.instances, card)
+        except DriverError as exc:
+            log.warning("enumerating card %d failed: %s", card, exc)
+            return None
+
+    async def destroy(self, instance: Instance) -> None:
+        """Destroy exactly `instance`; raises the driver's DriverError subclasses."""
+        async with self.card_lock(instance.card):
+            await asyncio.to_thread(self.driver.destroy, instance)

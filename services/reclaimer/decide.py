@@ -1,0 +1,87 @@
+"""What to do with one claim, as a pure function of a snapshot: the claim, what the card's
+enumeration says about its instance, what is known about its Pod, and the time.
+
+Nothing here performs I/O. The shells (`resolve.py`, `reconcile.py`) read the snapshot, call
+`decide`, carry out the one step it names and decide again on a fresh snapshot, so every step is
+taken on evidence read after the previous step was durable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from partkeeper.claims import inventory
+from partkeeper.drivers.base import Instance
+from schemas import CardClaims, Claim
+
+PodVerdict = Literal["live", "finished", "gone", "unknown", "no-answer"]
+DEAD: frozenset[PodVerdict] = frozenset({"finished", "gone"})
+KNOWN_STATES = frozenset({"creating", "active", "releasing"})
+
+
+class Step(StrEnum):
+    KEEP = "keep"  # nothing to do: the claim stands
+    RELEASE = "release"  # compare-and-set to releasing (durable intent, tokens go Unhealthy)
+    WAIT = "wait"  # come back later: the allocator may be mid-create, or the card was unreadable
+    DESTROY = "destroy"  # destroy exactly `instance` (its identity is the expected one)
+    REMOVE = "remove"  # the instance is confirmed absent: drop the descriptor, then the claim
+    REFUSE = "refuse"  # the claim is in a state this code does not know: touch nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """What one successful (or failed) enumeration of the card says about one claim."""
+
+    listed: bool  # False: the enumeration failed, so absence means nothing (fail closed)
+    present: Instance | None = None  # its recorded instance, or one exactly at its spec
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    step: Step
+    why: str
+    instance: Instance | None = None  # DESTROY: the instance to destroy, with its identity
+    wait: float = 0.0  # WAIT: at most this long before deciding again (0: the usual retry)
+
+
+def sighting(doc: CardClaims, claim_id: str, instances: list[Instance] | None) -> Sighting:
+    """Match the claim to the enumeration through `inventory.classify` (None: read failed)."""
+    if instances is None:
+        return Sighting(listed=False)
+    inv = inventory.classify(doc, instances)
+    present = inv.owned.get(claim_id) or inv.unrecorded.get(claim_id)
+    return Sighting(listed=True, present=present)
+
+
+def decide(
+    claim: Claim, seen: Sighting, pod: PodVerdict, now: float, *, create_timeout: float
+) -> Decision:
+    """The next step for `claim`. See docs/reclaimer.md for the table this implements."""
+    if claim.state not in KNOWN_STATES:
+        return Decision(Step.REFUSE, f"claim is in unknown state {claim.state!r}")
+    if claim.state == "releasing":
+        return _releasing(claim, seen, now, create_timeout)
+    if pod in DEAD:
+        return Decision(Step.RELEASE, f"Pod is {pod}")
+    recorded = claim.kind == "partition" and claim.state == "active" and claim.instance is not None
+    if recorded and seen.listed and seen.present is None:
+        return Decision(Step.RELEASE, "its instance vanished from the card")
+    return Decision(Step.KEEP, f"Pod is {pod}; claim is {claim.state}")
+
+
+def _releasing(claim: Claim, seen: Sighting, now: float, create_timeout: float) -> Decision:
+    if claim.kind != "partition":
+        return Decision(Step.REMOVE, "a logical slice has no instance to destroy")
+    if claim.instance is None and now - claim.created_at < create_timeout:
+        # Released while the allocator may still be creating: its activation finds the claim
+        # releasing and undoes its own instance; acting now would race its create.
+        left = create_timeout - (now - claim.created_at)
+        why = f"the allocator may still be creating it ({left:.0f}s left)"
+        return Decision(Step.WAIT, why, wait=left)
+    if not seen.listed:
+        return Decision(Step.WAIT, "the card could not be enumerated")
+    if seen.present is not None:
+        return Decision(Step.DESTROY, "released and its instance exists", seen.present)
+    return Decision(Step.REMOVE, "released and its instance is confirmed absent")

@@ -1,0 +1,50 @@
+"""Asking the watcher about a Pod (`pods.get`), and the evidence a claim is acted on.
+
+No answer, an error answer or an undecodable answer all become the verdict `no-answer`, which
+decides nothing: only the watcher declares a Pod gone or finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+
+from partkeeper.bus import NoAnswer, RemoteError, request
+from schemas import PodsGet, PodsGetReply, SchemaError
+from schemas.names import pods_get_subject
+from services.reclaimer.decide import DEAD, PodVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Why a claim is being looked at: what is known about its Pod, and since when."""
+
+    pod: PodVerdict
+    reason: str
+    observed_at: float | None = None  # when the watcher observed the death (reclaim latency)
+
+    @property
+    def dead(self) -> bool:
+        return self.pod in DEAD
+
+
+async def ask(nc: Client, node: str, uid: str, *, fresh: bool, timeout: float) -> Evidence:
+    """The watcher's verdict on Pod `uid`, as evidence; never raises for a missing answer."""
+    subject = pods_get_subject(node)
+    try:
+        reply = await request(nc, subject, PodsGet(uid=uid, fresh=fresh), PodsGetReply,
+                              timeout=timeout)
+    except NoAnswer as exc:
+        return Evidence("no-answer", f"the watcher did not answer: {exc}")
+    except RemoteError as exc:
+        return Evidence("no-answer", f"the watcher answered with an error: {exc}")
+    except SchemaError as exc:
+        return Evidence("no-answer", f"the watcher's answer could not be read: {exc}")
+    if reply.uid != uid:
+        return Evidence("no-answer", f"the watcher answered about Pod {reply.uid}, not {uid}")
+    observed = reply.pod.updated_at if reply.pod is not None and reply.state in DEAD else None
+    why = f"pods.get{' (fresh)' if fresh else ''}: {reply.state}"
+    if reply.evidence:
+        why += f" ({reply.evidence})"
+    return Evidence(reply.state, why, observed)

@@ -1,0 +1,190 @@
+"""One step towards resolving one claim: read, enumerate, decide, act. The only destroy path.
+
+The Pod-event consumer, `reclaim.now` and the reconcile pass all resolve claims through here, so
+whichever comes first does the work and the others find it done. Each step re-reads the claim and
+re-enumerates the card (in that order: an instance recorded in the claim existed before the claim
+was read, so its absence from a later enumeration is real), and every write is a compare-and-set
+that re-checks the claim it decided on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from partkeeper import faults
+from partkeeper.bus import backoff
+from partkeeper.claims import StoreReadError, TransitionError, machine
+from partkeeper.claims.store import ConflictExhausted
+from partkeeper.drivers.base import DriverError, IdentityMismatchError, Instance, NotFoundError
+from partkeeper.telemetry import metrics
+from partkeeper.telemetry.logs import decision
+from schemas import CardClaims, Claim
+from services.reclaimer.context import Context
+from services.reclaimer.decide import Decision, Step, decide, sighting
+from services.reclaimer.pods import Evidence
+from services.reclaimer.tuning import retry_delay
+from services.reclaimer.workdir import drop_descriptor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    card: int
+    claim_id: str
+    done: bool  # the claim is gone from the store (its instance destroyed or absent)
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Again:
+    """The step was taken; decide the next one now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    delay: float
+    why: str
+
+
+Result = Outcome | Again | Later
+
+
+async def attempt(
+    ctx: Context, card: int, claim_id: str, evidence: Evidence, failures: int
+) -> Result:
+    """Take the next step for the claim; `failures` counts this job's failed steps so far."""
+    await ctx.audit.flush()
+    try:
+        doc, _ = await ctx.store.read(card)
+    except StoreReadError as exc:
+        return Later(retry_delay(failures + 1, ctx.tuning), f"claims unreadable: {exc}")
+    claim = doc.claims.get(claim_id)
+    if claim is None:
+        return Outcome(card, claim_id, True, "the claim is no longer in the store")
+    instances = await ctx.instances(card)
+    chosen = decide(claim, sighting(doc, claim_id, instances), evidence.pod, time.time(),
+                    create_timeout=ctx.tuning.create_timeout)
+    try:
+        return await _take(ctx, claim, chosen, evidence, failures)
+    except (StoreReadError, ConflictExhausted) as exc:
+        return Later(retry_delay(failures + 1, ctx.tuning), f"claims store: {exc}")
+
+
+async def _take(
+    ctx: Context, claim: Claim, chosen: Decision, evidence: Evidence, failures: int
+) -> Result:
+    match chosen.step:
+        case Step.KEEP:
+            return Outcome(claim.card, claim.id, False, chosen.why)
+        case Step.REFUSE:
+            _log(claim, "claim left alone", chosen.why, level=logging.ERROR)
+            return Later(retry_delay(ctx.tuning.destroy_threshold, ctx.tuning), chosen.why)
+        case Step.WAIT:
+            delay = retry_delay(failures + 1, ctx.tuning)
+            if chosen.wait > 0:
+                delay = min(chosen.wait, backoff.delay(failures + 1, cap=2.0))
+            return Later(delay, chosen.why)
+        case Step.RELEASE:
+            reason = evidence.reason if evidence.dead else chosen.why
+            return await _release(ctx, claim, reason)
+        case Step.DESTROY:
+            assert chosen.instance is not None
+            return await _destroy(ctx, claim, chosen.instance, evidence)
+        case Step.REMOVE:
+            return await _remove(ctx, claim)
+    raise AssertionError(f"unhandled step {chosen.step}")
+
+
+async def _release(ctx: Context, claim: Claim, reason: str) -> Result:
+    now = time.time()
+    released = False
+
+    def mutate(doc: CardClaims) -> CardClaims:
+        nonlocal released
+        current = doc.claims.get(claim.id)
+        released = current is not None and current.state in ("creating", "active")
+        return machine.release(doc, claim.id, reason, now) if released else doc
+
+    doc, _ = await ctx.store.update(claim.card, mutate)
+    if released:
+        marked = doc.claims[claim.id]
+        _log(marked, "claim releasing", reason)
+        await ctx.audit.claim(marked, "releasing", reason)
+        await faults.reach("reclaimer.after_releasing")
+    return Again()
+
+
+async def _destroy(ctx: Context, claim: Claim, instance: Instance, evidence: Evidence) -> Result:
+    try:
+        await ctx.destroy(instance)
+    except NotFoundError:
+        _log(claim, "instance already absent", instance.uuid)
+        return Again()
+    except IdentityMismatchError as exc:
+        # Someone else's instance holds that GPU-instance id now; re-enumerate before acting.
+        _log(claim, "identity changed; re-checking", str(exc), level=logging.WARNING)
+        return Later(backoff.delay(1), f"identity changed: {exc}")
+    except DriverError as exc:
+        return await _destroy_failed(ctx, claim, instance, exc)
+    if evidence.observed_at is not None:
+        metrics.RECLAIM_SECONDS.observe(max(0.0, time.time() - evidence.observed_at))
+    _log(claim, "instance destroyed", instance.uuid)
+    await faults.reach("reclaimer.after_destroy")
+    return Again()
+
+
+async def _destroy_failed(
+    ctx: Context, claim: Claim, instance: Instance, exc: DriverError
+) -> Result:
+    metrics.DESTROY_FAILURES.labels(reason=exc.kind).inc()
+    attempts = claim.release_attempts + 1
+    now = time.time()
+    try:
+        await ctx.store.update(claim.card, lambda d: machine.count_attempt(d, claim.id, now))
+    except (TransitionError, StoreReadError, ConflictExhausted) as err:
+        log.warning("could not count the failed destroy of claim %s: %s", claim.id, err)
+    if attempts == ctx.tuning.destroy_threshold:
+        # Kubernetes Events are the watcher's to write; it turns DestroyFailed into one.
+        await ctx.audit.destroy_failed(claim, instance, exc.kind, str(exc), attempts)
+    delay = retry_delay(attempts, ctx.tuning)
+    why = f"destroy failed ({exc.kind}, attempt {attempts}): {exc}; retrying in {delay:.1f}s"
+    _log(claim, "destroy failed", why, level=logging.WARNING)
+    return Later(delay, why)
+
+
+async def _remove(ctx: Context, claim: Claim) -> Result:
+    if claim.kind == "partition" and claim.instance is not None:
+        # Before the claim goes: while the claim exists, a crash here is finished on restart.
+        await drop_descriptor(ctx.config.pods_dir, claim, claim.instance.uuid)
+    removed = False
+
+    def mutate(doc: CardClaims) -> CardClaims:
+        nonlocal removed
+        current = doc.claims.get(claim.id)
+        removed = False
+        if current is None:
+            return doc
+        if current.state != "releasing" or current.instance != claim.instance:
+            # The allocator recorded an instance since we looked: decide again on it.
+            return doc
+        removed = True
+        return machine.remove(doc, claim.id)
+
+    doc, _ = await ctx.store.update(claim.card, mutate)
+    if claim.id in doc.claims:
+        return Again()
+    if removed:
+        _log(claim, "claim removed", "instance destroyed or confirmed absent")
+        await ctx.audit.claim(claim, "removed", "instance destroyed or confirmed absent")
+    return Outcome(claim.card, claim.id, True, "destroyed and removed")
+
+
+def _log(claim: Claim, message: str, detail: str, *, level: int = logging.INFO) -> None:
+    fields = {"pod_uid": claim.pod_uid, "card": claim.card, "claim_id": claim.id}
+    if level == logging.INFO:
+        decision(log, message, detail=detail, **fields)
+    else:
+        log.log(level, "%s: %s", message, detail, extra=fields)

@@ -1,0 +1,3 @@
+from services.watcher.main import main
+
+raise SystemExit(main())

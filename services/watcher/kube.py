@@ -1,0 +1,162 @@
+"""Everything partkeeper says to the Kubernetes API server, in one place.
+
+The `kubernetes` client is blocking, so every call runs in a thread (`asyncio.to_thread`; the
+watch in its own thread, see stream.py). Answers are kept as plain JSON: the client's models
+refuse the malformed objects the watcher must see in order to skip them. Every request has a
+timeout, so no thread waits forever on a server that stopped answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from partkeeper.config import Config
+from schemas import PodRecord
+from services.watcher.observe import Listing, NotFound
+
+COMPONENT = "partkeeper"
+
+
+class KubeError(Exception):
+    """The API server could not be reached or refused the request."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Expired(KubeError):
+    """410 Gone: the resourceVersion to resume from is older than the server's history."""
+
+
+def field_selector(node: str) -> str:
+    """`spec.nodeName=<node>`, with the selector syntax's special characters escaped."""
+    escaped = node.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+    return f"spec.nodeName={escaped}"
+
+
+def as_kube_error(exc: BaseException, doing: str) -> KubeError:
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, ApiException):
+        kind = Expired if exc.status == 410 else KubeError
+        reason = (exc.reason or "").strip().splitlines()[0] if exc.reason else ""
+        return kind(f"{doing}: HTTP {exc.status} {reason}".rstrip(), status=exc.status)
+    return KubeError(f"{doing}: {type(exc).__name__}: {exc}")
+
+
+class Kube:
+    def __init__(
+        self, api: client.CoreV1Api, node: str, *, request_timeout: tuple[float, float]
+    ) -> None:
+        self.api = api
+        self.node = node
+        self.request_timeout = request_timeout
+
+    @classmethod
+    async def connect(
+        cls, config: Config, *, request_timeout: tuple[float, float] = (3.0, 15.0)
+    ) -> Kube:
+        """A client from `config.kubeconfig`, else the in-cluster service account."""
+        try:
+            api_client = await asyncio.to_thread(_api_client, config.kubeconfig)
+        except Exception as exc:
+            source = f"KUBECONFIG={config.kubeconfig}" if config.kubeconfig else "in-cluster config"
+            raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
+        return cls(client.CoreV1Api(api_client), config.node, request_timeout=request_timeout)
+
+    def close(self) -> None:
+        self.api.api_client.close()
+
+    async def list_pods(self) -> Listing:
+        """The node's Pods, read from the API server's current state (not a cache)."""
+        doing = f"LIST of the Pods on node {self.node}"
+        try:
+            # resourceVersion unset asks for the most recent state: a cached ("0") LIST could be
+            # stale and make a live Pod look absent.
+            response = await asyncio.to_thread(
+                self.api.list_pod_for_all_namespaces,
+                field_selector=field_selector(self.node),
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+            body = json.loads(response.data)
+        except Exception as exc:
+            raise as_kube_error(exc, doing) from exc
+        items = body.get("items") if isinstance(body, dict) else None
+        metadata = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(items, list) or not isinstance(metadata, dict):
+            raise KubeError(f"{doing}: the answer is not a PodList")
+        if metadata.get("continue"):
+            raise KubeError(f"{doing}: the server answered one page of several; not complete")
+        return Listing(items=items, resource_version=str(metadata.get("resourceVersion", "")))
+
+    async def get_pod(self, namespace: str, name: str) -> NotFound | Any:
+        """The Pod as JSON, or NotFound on a 404."""
+        try:
+            response = await asyncio.to_thread(
+                self.api.read_namespaced_pod, name, namespace,
+                _preload_content=False, _request_timeout=self.request_timeout,
+            )
+            return json.loads(response.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return NotFound()
+            raise as_kube_error(exc, f"GET of Pod {namespace}/{name}") from exc
+        except Exception as exc:
+            raise as_kube_error(exc, f"GET of Pod {namespace}/{name}") from exc
+
+    def watch_call(self, **kwargs: Any) -> urllib3.HTTPResponse:
+        """The watch request, for `kubernetes.watch.Watch().stream`.
+
+        A plain function with no declared model type, so the stream hands back the raw JSON
+        objects instead of deserialising them.
+        """
+        return self.api.list_pod_for_all_namespaces(
+            field_selector=field_selector(self.node), **kwargs
+        )
+
+    async def create_event(
+        self, pod: PodRecord, reason: str, message: str, type: str = "Normal"
+    ) -> None:
+        """Record a Kubernetes Event on the Pod (e.g. a partition blocked or reclaimed)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "involvedObject": {
+                "kind": "Pod", "apiVersion": "v1", "namespace": pod.namespace,
+                "name": pod.name, "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": type,
+            "source": {"component": COMPONENT, "host": self.node},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await asyncio.to_thread(
+                self.api.create_namespaced_event, pod.namespace, body,
+                _preload_content=False, _request_timeout=self.request_timeout,
+            )
+        except Exception as exc:
+            raise as_kube_error(exc, f"creating Event {reason} on Pod {pod.uid}") from exc
+
+
+def _api_client(kubeconfig: str | None) -> client.ApiClient:
+    if kubeconfig:
+        return kube_config.new_client_from_config(config_file=kubeconfig)
+    configuration = client.Configuration()
+    kube_config.load_incluster_config(client_configuration=configuration)
+    return client.ApiClient(configuration)

@@ -1,0 +1,106 @@
+"""The watcher service: the only source of Pod truth on its node.
+
+`serve(config, nc)` runs it in-process (tests, the embedded stack); `main()` is the container
+entrypoint (`partkeeper run watcher`, `python -m services.watcher`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError
+from nats.js.kv import KeyValue
+
+import partkeeper
+from partkeeper import bus, runtime
+from partkeeper.config import Config
+from schemas.names import BUCKET_PODS, SERVICE_WATCHER
+from services.watcher.kube import Kube
+from services.watcher.pods import Resources
+from services.watcher.queries import Queries
+from services.watcher.sync import Sync
+from services.watcher.tuning import Tuning
+from services.watcher.view import PodView, ViewError
+
+log = logging.getLogger(__name__)
+
+
+async def serve(
+    config: Config,
+    nc: Client,
+    *,
+    ready: asyncio.Event | None = None,
+    tuning: Tuning | None = None,
+) -> None:
+    """Run until cancelled. `ready` is set once the persisted view is loaded, the endpoints
+    answer and the first LIST is applied."""
+    tuning = tuning or Tuning()
+    js = nc.jetstream()
+    view = PodView(js, await _bucket(js), config.node)
+    await _load(view, tuning)
+    kube = await Kube.connect(config, request_timeout=tuning.request_timeout)
+    sync = Sync(kube, view, Resources(config.resource_prefix, config.sliced_resource), tuning)
+    queries = Queries(kube, view, sync, sync.resources)
+    service = await bus.serve(
+        nc,
+        name=SERVICE_WATCHER,
+        version=partkeeper.__version__,
+        description=f"Pod truth for node {config.node}: pods.get, pods.pending",
+        endpoints=queries.endpoints(),
+    )
+    log.info("watcher of node %s serving; %d Pod records loaded", config.node,
+             len(view.records()))
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(sync.run(ready), name="watcher-sync")
+            tasks.create_task(_prune(view, tuning), name="watcher-prune")
+    finally:
+        sync.stop()
+        with contextlib.suppress(Exception):
+            await service.stop()
+        kube.close()
+
+
+async def _bucket(js: JetStreamContext) -> KeyValue:
+    try:
+        return await js.key_value(BUCKET_PODS)
+    except BucketNotFoundError:
+        await bus.ensure_topology(js)
+        return await js.key_value(BUCKET_PODS)
+
+
+async def _load(view: PodView, tuning: Tuning) -> None:
+    """Load the persisted view; without it the watcher would re-announce or forget, so it waits."""
+    attempt = 0
+    while True:
+        try:
+            count = await view.load()
+        except ViewError as exc:
+            attempt += 1
+            wait = bus.backoff.delay(attempt, base=tuning.retry_base, cap=tuning.retry_cap)
+            log.warning("%s; retry %d in %.1fs", exc, attempt, wait)
+            await asyncio.sleep(wait)
+        else:
+            log.info("loaded %d Pod records from %s", count, BUCKET_PODS)
+            return
+
+
+async def _prune(view: PodView, tuning: Tuning) -> None:
+    """Forget tombstones older than the TTL, now and then periodically."""
+    while True:
+        try:
+            removed = await view.prune(tuning.tombstone_ttl)
+        except ViewError as exc:
+            log.warning("%s; will try again at the next pass", exc)
+        else:
+            if removed:
+                log.info("pruned %d tombstones older than %.0fs", removed, tuning.tombstone_ttl)
+        await asyncio.sleep(tuning.prune_interval)
+
+
+def main() -> int:
+    return runtime.run("watcher", serve)

@@ -1,0 +1,77 @@
+"""`python -m partkeeper.sim.kubelet` as a process: serves, admits, stops on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
+
+from partkeeper.kubelet import (
+    open_unix_channel,
+    podresources_pb2,
+    podresources_pb2_grpc,
+    wait_ready,
+)
+
+apiserver = pytest.importorskip("partkeeper.sim.apiserver")
+testing = pytest.importorskip("partkeeper.sim.apiserver.testing")
+
+
+async def wait_serving(path: Path) -> None:
+    """Until the gRPC server at `path` accepts connections (gRPC's own reconnect backoff)."""
+    async with open_unix_channel(path) as channel:
+        await wait_ready(channel, DEADLINE)
+
+
+async def wait_allocatable(socket: Path, device: str) -> None:
+    """Until kubelet lists `device` as allocatable: Pods arriving earlier fail OutOf<resource>."""
+    async with open_unix_channel(socket) as channel, asyncio.timeout(DEADLINE):
+        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
+        while True:
+            got = await stub.GetAllocatableResources(podresources_pb2.AllocatableResourcesRequest())
+            if any(device in d.device_ids for d in got.devices):
+                return
+            await asyncio.sleep(0.02)  # poll interval of a condition bounded by DEADLINE
+
+
+async def test_entry_point_runs_until_sigterm() -> None:
+    with short_tmpdir() as directory, apiserver.ApiServerThread() as server:
+        kubeconfig = apiserver.write_kubeconfig(directory / "kubeconfig", server.url)
+        dp, pr = directory / "dp", directory / "pr.sock"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "partkeeper.sim.kubelet",
+            "--kubelet-dir", str(dp), "--pod-resources-socket", str(pr),
+            "--node", "node-a", "--kubeconfig", str(kubeconfig),
+        )  # fmt: skip
+        plugin = FakePlugin(dp, healthy("d0"))
+        api = testing.core_v1(kubeconfig)
+        try:
+            await wait_serving(dp / "kubelet.sock")
+            await wait_serving(pr)
+            await plugin.serve()
+            await plugin.register()
+            await wait_allocatable(pr, "d0")
+            body = testing.pod_manifest("p", node="node-a")
+            body["spec"]["containers"][0]["resources"] = {"limits": {RESOURCE: "1"}}
+            await asyncio.to_thread(api.create_namespaced_pod, "default", body)
+
+            def running() -> bool:
+                return api.read_namespaced_pod("p", "default").status.phase == "Running"
+
+            await asyncio.to_thread(testing.wait_until, running, DEADLINE, "p Running")
+            assert plugin.allocated_ids() == [["d0"]]
+
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), DEADLINE) == 0
+            assert not (dp / "kubelet.sock").exists()
+            assert not pr.exists()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await plugin.stop()
+            api.api_client.close()
