@@ -111,6 +111,7 @@ class ConsumerRunner(Generic[T]):
         sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
         try:
             while True:
+                _raise_if_cancelling()
                 try:
                     msgs = await sub.fetch(self.batch, timeout=fetch_timeout)
                 except (TimeoutError, nats.errors.TimeoutError):
@@ -119,6 +120,7 @@ class ConsumerRunner(Generic[T]):
                     await asyncio.sleep(backoff.delay(1))
                     continue
                 for msg in msgs:
+                    _raise_if_cancelling()  # unprocessed messages are redelivered after ack_wait
                     await self.process(msg)
         finally:
             await sub.unsubscribe()
@@ -192,3 +194,13 @@ class ConsumerRunner(Generic[T]):
         self.dead_lettered += 1
         if self.on_dead_letter is not None:
             self.on_dead_letter(error)
+
+
+def _raise_if_cancelling() -> None:
+    # On Python 3.11, asyncio.wait_for (used inside nats-py's fetch and request) returns the
+    # result instead of raising when a cancellation races a completed future, so a cancel can
+    # be swallowed. The request is still counted by Task.cancelling(); honour it here, or the
+    # loop would fetch again and the task would never stop.
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

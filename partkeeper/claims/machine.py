@@ -72,6 +72,17 @@ def activate(doc: CardClaims, claim_id: str, instance: LiveInstance, now: float)
     return _with(doc, active)
 
 
+def activate_slice(doc: CardClaims, claim_id: str, now: float) -> CardClaims:
+    """creating -> active for a logical slice, which has no hardware identity to record."""
+    claim = _get(doc, claim_id)
+    if claim.kind != "slice":
+        raise TransitionError(
+            f"claim {claim_id} is a {claim.kind}; only a slice is activated without an instance"
+        )
+    _check(claim, "active")
+    return _with(doc, msgspec.structs.replace(claim, state="active", updated_at=now))
+
+
 def record_instance(
     doc: CardClaims, claim_id: str, instance: LiveInstance, now: float
 ) -> CardClaims:

@@ -8,7 +8,7 @@ import time
 from nats.js import JetStreamContext
 
 from partkeeper.bus import publish
-from schemas import ClaimChanged, Claim
+from schemas import Claim, ClaimChanged
 from schemas.events import ClaimState
 from schemas.names import parts_subject
 
@@ -46,7 +46,8 @@ async def claim_changed(
         reason=reason,
     )
     try:
-        await publish(js, parts_subject(node, claim.card), event, msg_id=f"claim/{claim.id}/{state}")
+        subject = parts_subject(node, claim.card)
+        await publish(js, subject, event, msg_id=f"claim/{claim.id}/{state}")
     except Exception as exc:
         log.warning(
             "could not publish claim %s %s for Pod %s on card %d: %s",

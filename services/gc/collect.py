@@ -24,7 +24,7 @@ from partkeeper.telemetry import logs, metrics
 from schemas import WorkdirCollected, validate_pod_uid
 from schemas.names import parts_subject
 from services.gc import ask, decide
-from services.gc.decide import Plan, Verdict
+from services.gc.decide import UNANSWERED, Code, Plan, Verdict
 from services.gc.report import Reporter
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,15 @@ PUBLISH_ATTEMPTS = 4
 class Outcome:
     uid: str
     verdict: Verdict
+    code: Code
     reason: str
     removed: tuple[str, ...] = ()
     left: tuple[tuple[str, str], ...] = ()
-    unanswered: bool = False  # a question went unanswered: the sweep stops asking for now
+
+    @property
+    def unanswered(self) -> bool:
+        """A question went unanswered: the sweep stops asking for now."""
+        return self.code in UNANSWERED
 
 
 class Collector:
@@ -72,7 +77,7 @@ class Collector:
                 logs.decision(log, "gc could not read or delete; will retry", pod_uid=uid,
                               error=str(exc))
                 metrics.GC_REFUSED.labels("error").inc()
-                return Outcome(uid, "defer", f"working directory error: {exc}")
+                return Outcome(uid, "defer", "unsafe", f"working directory error: {exc}")
 
     async def _collect(self, uid: str) -> Outcome:
         listing = await asyncio.to_thread(
@@ -94,16 +99,15 @@ class Collector:
             await self._announce(uid, removed)
         logs.decision(log, "gc collected Pod working directory", pod_uid=uid,
                       reason=plan.reason, removed=removed, left=[p for p, _ in left])
-        return Outcome(uid, "collect", plan.reason, tuple(removed), tuple(left))
+        return Outcome(uid, "collect", plan.code, plan.reason, tuple(removed), tuple(left))
 
     def _not_collected(self, uid: str, plan: Plan) -> Outcome:
         if plan.verdict in ("defer", "refuse"):
-            metrics.GC_REFUSED.labels(_reason_label(plan)).inc()
-            after = "will ask again" if plan.verdict == "defer" else "left in place"
+            metrics.GC_REFUSED.labels(plan.code).inc()
+            after = "will ask again later" if plan.verdict == "defer" else "left in place"
             logs.decision(log, f"gc deletes nothing: {plan.reason}; {after}", pod_uid=uid,
-                          verdict=plan.verdict)
-        unanswered = plan.verdict == "defer" and "did not answer" in plan.reason
-        return Outcome(uid, plan.verdict, plan.reason, unanswered=unanswered)
+                          verdict=plan.verdict, code=plan.code)
+        return Outcome(uid, plan.verdict, plan.code, plan.reason)
 
     async def _execute(self, uid: str, plan: Plan) -> tuple[list[str], list[tuple[str, str]]]:
         removed: list[str] = []
@@ -158,12 +162,3 @@ class Collector:
             del self._busy[uid]
             done.set()
 
-
-def _reason_label(plan: Plan) -> str:
-    if "did not answer" in plan.reason:
-        return "unanswered"
-    if plan.reason.startswith("Pod is "):
-        return plan.reason.split()[2]  # live / unknown
-    if "creating" in plan.reason:
-        return "creating"
-    return "unsafe" if plan.verdict == "refuse" else "other"

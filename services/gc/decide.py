@@ -19,6 +19,12 @@ from partkeeper.workdir import PodListing
 from schemas import ClaimsReply, PodsGetReply
 
 Verdict = Literal["collect", "nothing", "defer", "refuse"]
+# Why, for metrics and tests; `reason` is the sentence for people.
+Code = Literal[
+    "confirmed", "no-directory", "nothing-ours", "unsafe", "pods-unanswered",
+    "claims-unanswered", "live", "unknown", "creating",
+]
+UNANSWERED: frozenset[Code] = frozenset({"pods-unanswered", "claims-unanswered"})
 
 # Pod states after which nothing runs in the Pod's containers any more.
 _CONFIRMED_DONE = frozenset({"gone", "finished"})
@@ -32,6 +38,7 @@ class Plan:
     """
 
     verdict: Verdict
+    code: Code
     reason: str
     sliced: tuple[str, ...] = ()  # containers whose owned sliced/ tree is deleted
     rmdirs: tuple[str, ...] = ()  # c-<container> entries removed if empty afterwards
@@ -56,9 +63,10 @@ def candidates(listing: PodListing) -> Plan:
     """
     report = _unrecognised(listing)
     if listing.state == "absent":
-        return Plan("nothing", "no Pod directory")
+        return Plan("nothing", "no-directory", "no Pod directory")
     if listing.state == "unsafe":
-        return Plan("refuse", f"Pod directory is unsafe: {listing.problem}", report=report)
+        return Plan("refuse", "unsafe", f"Pod directory is unsafe: {listing.problem}",
+                    report=report)
     sliced = tuple(c.container for c in listing.containers if c.sliced == "owned")
     emptied = tuple(
         c.entry
@@ -67,8 +75,9 @@ def candidates(listing: PodListing) -> Plan:
     )
     pod_rmdir = not listing.others and len(emptied) == len(listing.containers)
     if not (sliced or emptied or pod_rmdir):
-        return Plan("nothing", "nothing of the GC's in the Pod directory", report=report)
-    return Plan("collect", "owned artifacts", sliced, emptied, pod_rmdir, report)
+        return Plan("nothing", "nothing-ours", "nothing of the GC's in the Pod directory",
+                    report=report)
+    return Plan("collect", "confirmed", "owned artifacts", sliced, emptied, pod_rmdir, report)
 
 
 def decide(listing: PodListing, pod: PodsGetReply | None, claims: ClaimsReply | None) -> Plan:
@@ -78,15 +87,19 @@ def decide(listing: PodListing, pod: PodsGetReply | None, claims: ClaimsReply | 
         return work
     uid = listing.uid
     if pod is None or pod.uid != uid:
-        return Plan("defer", "pods.get did not answer for this Pod", report=work.report)
+        return Plan("defer", "pods-unanswered", "pods.get did not answer for this Pod",
+                    report=work.report)
     if pod.state not in _CONFIRMED_DONE:
-        return Plan("refuse", f"Pod is {pod.state} ({pod.evidence or 'no evidence'})",
+        code: Code = "live" if pod.state == "live" else "unknown"
+        return Plan("refuse", code, f"Pod is {pod.state} ({pod.evidence or 'no evidence'})",
                     report=work.report)
     if claims is None:
-        return Plan("defer", "claims.query did not answer", report=work.report)
+        return Plan("defer", "claims-unanswered", "claims.query did not answer",
+                    report=work.report)
     creating = sorted(c.id for c in claims.claims if c.pod_uid == uid and c.state == "creating")
     if creating:
         # The allocator writes the slice's files while its claim is `creating`; let it finish.
-        return Plan("defer", f"claim(s) {', '.join(creating)} still creating", report=work.report)
-    return Plan("collect", f"Pod is {pod.state}", work.sliced, work.rmdirs, work.pod_rmdir,
-                work.report)
+        return Plan("defer", "creating", f"claim(s) {', '.join(creating)} still creating",
+                    report=work.report)
+    return Plan("collect", "confirmed", f"Pod is {pod.state} ({pod.evidence or 'no evidence'})",
+                work.sliced, work.rmdirs, work.pod_rmdir, work.report)

@@ -7,6 +7,7 @@ step or pass, so a NATS hiccup delays the audit rather than losing it (within th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -29,6 +30,7 @@ class Audit:
         self.js = js
         self.node = node
         self.pending: deque[tuple[str, msgspec.Struct, str]] = deque()
+        self._order = asyncio.Lock()  # one flusher at a time keeps the log in step order
 
     async def emit(self, card: int | None, event: msgspec.Struct, msg_id: str) -> None:
         """Publish now, or keep it for `flush` if NATS does not take it."""
@@ -39,14 +41,15 @@ class Audit:
         await self.flush()
 
     async def flush(self) -> None:
-        while self.pending:
-            subject, event, msg_id = self.pending[0]
-            try:
-                await publish(self.js, subject, event, msg_id=msg_id)
-            except Exception as exc:
-                log.warning("audit publish of %s deferred: %s", msg_id, exc)
-                return
-            self.pending.popleft()
+        async with self._order:
+            while self.pending:
+                subject, event, msg_id = self.pending[0]
+                try:
+                    await publish(self.js, subject, event, msg_id=msg_id)
+                except Exception as exc:
+                    log.warning("audit publish of %s deferred: %s", msg_id, exc)
+                    return
+                self.pending.popleft()
 
     async def claim(self, claim: Claim, state: ClaimState, reason: str) -> None:
         instance = claim.instance.uuid if claim.instance else None

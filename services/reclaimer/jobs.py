@@ -21,6 +21,7 @@ from services.reclaimer.tuning import retry_delay
 
 log = logging.getLogger(__name__)
 Key = tuple[int, str]
+TICK_SECONDS = 10.0  # well inside the consumer's 30 s ack wait
 
 
 class Job:
@@ -71,19 +72,21 @@ class Jobs:
     ) -> bool:
         """Wait until every job is resolved or stalled, at most `patience` seconds.
 
-        True when all are resolved. `tick` is called about every 10 s while waiting (to keep a
-        message alive).
+        True when all are resolved. `tick` is called every TICK_SECONDS while waiting (to keep
+        a message alive).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + patience
+        next_tick = loop.time() + TICK_SECONDS
         while not all(j.settled for j in jobs):
             left = deadline - loop.time()
             if left <= 0:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 10))
-            if tick is not None:
+                await asyncio.wait_for(self._changed.wait(), min(left, TICK_SECONDS))
+            if tick is not None and loop.time() >= next_tick:
                 await tick()
+                next_tick = loop.time() + TICK_SECONDS
         return all(j.resolved for j in jobs)
 
     async def close(self) -> None:

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from partkeeper.telemetry.logs import decision
-from partkeeper.workdir import remove_descriptor
+from partkeeper.workdir import WorkdirError, remove_descriptor
 from schemas import Claim
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ async def drop_descriptor(root: Path, claim: Claim, mig_uuid: str) -> None:
         removed = await asyncio.to_thread(
             remove_descriptor, root, claim.pod_uid, claim.container, mig_uuid
         )
-    except Exception as exc:
+    except (WorkdirError, OSError) as exc:
         log.error(
             "could not remove the descriptor of %s in container %s: %s; the claim is removed "
             "anyway", mig_uuid, claim.container, exc, extra=fields,

@@ -37,6 +37,10 @@ class Expired(KubeError):
     """410 Gone: the resourceVersion to resume from is older than the server's history."""
 
 
+class MalformedStream(KubeError):
+    """The watch stream carried a line the client could not take apart; nothing was applied."""
+
+
 def field_selector(node: str) -> str:
     """`spec.nodeName=<node>`, with the selector syntax's special characters escaped."""
     escaped = node.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
@@ -50,6 +54,10 @@ def as_kube_error(exc: BaseException, doing: str) -> KubeError:
         kind = Expired if exc.status == 410 else KubeError
         reason = (exc.reason or "").strip().splitlines()[0] if exc.reason else ""
         return kind(f"{doing}: HTTP {exc.status} {reason}".rstrip(), status=exc.status)
+    if isinstance(exc, (KeyError, TypeError, ValueError, AttributeError)):
+        # The client's stream parser fails this way on a line that is JSON but not an event.
+        return MalformedStream(f"{doing}: a line is not a watch event ({type(exc).__name__}: "
+                               f"{exc})")
     return KubeError(f"{doing}: {type(exc).__name__}: {exc}")
 
 
@@ -88,9 +96,9 @@ class Kube:
                 _preload_content=False,
                 _request_timeout=self.request_timeout,
             )
-            body = json.loads(response.data)
         except Exception as exc:
             raise as_kube_error(exc, doing) from exc
+        body = _json(response.data, doing)
         items = body.get("items") if isinstance(body, dict) else None
         metadata = body.get("metadata") if isinstance(body, dict) else None
         if not isinstance(items, list) or not isinstance(metadata, dict):
@@ -106,13 +114,13 @@ class Kube:
                 self.api.read_namespaced_pod, name, namespace,
                 _preload_content=False, _request_timeout=self.request_timeout,
             )
-            return json.loads(response.data)
         except ApiException as exc:
             if exc.status == 404:
                 return NotFound()
             raise as_kube_error(exc, f"GET of Pod {namespace}/{name}") from exc
         except Exception as exc:
             raise as_kube_error(exc, f"GET of Pod {namespace}/{name}") from exc
+        return _json(response.data, f"GET of Pod {namespace}/{name}")
 
     def watch_call(self, **kwargs: Any) -> urllib3.HTTPResponse:
         """The watch request, for `kubernetes.watch.Watch().stream`.
@@ -152,6 +160,13 @@ class Kube:
             )
         except Exception as exc:
             raise as_kube_error(exc, f"creating Event {reason} on Pod {pod.uid}") from exc
+
+
+def _json(data: bytes, doing: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise KubeError(f"{doing}: the answer is not JSON ({exc})") from exc
 
 
 def _api_client(kubeconfig: str | None) -> client.ApiClient:

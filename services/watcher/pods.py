@@ -170,11 +170,12 @@ def _container(container: object, field: str, resources: Resources) -> Container
     if not isinstance(container, dict) or not isinstance(container.get("name"), str):
         raise ValueError(f"an entry of spec.{field} has no name")
     name = container["name"]
-    declared = container.get("resources") or {}
-    if not isinstance(declared, dict):
+    declared = _object_or_empty(container.get("resources"))
+    if declared is None:
         raise ValueError(f"container {name!r} has resources that are not an object")
-    limits, requests = declared.get("limits") or {}, declared.get("requests") or {}
-    if not isinstance(limits, dict) or not isinstance(requests, dict):
+    limits = _object_or_empty(declared.get("limits"))
+    requests = _object_or_empty(declared.get("requests"))
+    if limits is None or requests is None:
         raise ValueError(f"container {name!r} has limits or requests that are not objects")
     wanted: dict[str, int] = {}
     # Extended resources cannot be overcommitted: a limit, when given, is the request.
@@ -188,6 +189,13 @@ def _container(container: object, field: str, resources: Resources) -> Container
         if quantity:
             wanted[resource] = quantity
     return ContainerRequest(name=name, requests=wanted)
+
+
+def _object_or_empty(value: object) -> dict[str, Any] | None:
+    """A JSON object, {} for null/absent, None for anything else."""
+    if value is None:
+        return {}
+    return value if isinstance(value, dict) else None
 
 
 def _quantity(raw: object) -> int | None:

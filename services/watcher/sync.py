@@ -20,7 +20,7 @@ from typing import Any
 from partkeeper.bus import backoff
 from partkeeper.telemetry import logs
 from services.watcher import observe
-from services.watcher.kube import Expired, Kube, KubeError, as_kube_error
+from services.watcher.kube import Expired, Kube, KubeError, MalformedStream, as_kube_error
 from services.watcher.observe import Listing, Readings
 from services.watcher.pods import Resources, object_rv
 from services.watcher.stream import Ended, WatchSession
@@ -57,6 +57,9 @@ class Sync:
                 log.warning("%s; listing again (the LIST observes what the lost history held)",
                             exc)
                 rv = None
+            except MalformedStream as exc:
+                await self._back_off(f"skipped the rest of a watch: {exc}; it changes nothing, "
+                                     f"resuming from resourceVersion {rv}")
             except KubeError as exc:
                 await self._back_off(
                     f"API server unreachable or failing ({exc}); no Pod is declared gone meanwhile"

@@ -1,16 +1,29 @@
-"""Fixtures for the working-directory and GC tests: a pods root, a tree outside it, a tmpfs."""
+"""Fixtures for the working-directory and GC tests: a pods root, a tree outside it, a tmpfs,
+the test doubles answering pods.get and claims.query, and the GC itself."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import nats
 import pytest
+from nats.aio.client import Client
 
-from partkeeper import workdir
+from partkeeper.config import Config
+from partkeeper.testing.natsserver import NatsServer
+from services.gc import main as gc_main
+
+# The GC test modules share their doubles through `gc_doubles`, beside this file.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from gc_doubles import FakeAllocator, FakeWatcher
 
 SENTINEL = b"outside data that must survive\n"
 
@@ -50,30 +63,6 @@ def new_uid() -> Callable[[], str]:
     return lambda: str(uuid.uuid4())
 
 
-MakePod = Callable[..., Path]
-
-
-@pytest.fixture
-def make_pod() -> MakePod:
-    return build_pod
-
-
-def build_pod(
-    root: Path, uid: str, *, descriptor: bool = True, sliced: bool = True, container: str = "main"
-) -> Path:
-    """A Pod directory as the allocator leaves it: a descriptor and/or an owned sliced tree."""
-    if descriptor:
-        workdir.write_descriptor(root, uid, container, f"MIG-{uid}", b'{"card": 0}')
-    if sliced:
-        sliced_dir = workdir.write_sliced(
-            root, uid, container, {"limits.json": b'{"memory_mib": 1024}', "cuda.env": b"X=1"}
-        )
-        (sliced_dir / "cache" / "kernel.bin").write_bytes(b"cached by the workload")
-        (sliced_dir / "cache" / "sub").mkdir()
-        (sliced_dir / "cache" / "sub" / "more.bin").write_bytes(b"more")
-    return root / uid
-
-
 def _can_mount() -> bool:
     return os.geteuid() == 0 and os.path.exists("/proc/self/mountinfo")
 
@@ -101,16 +90,61 @@ def mount_tmpfs() -> Iterator[Callable[[Path], Path]]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
+
+# --- answering pods.get and claims.query: test-only micro services over real NATS ----------------
+
+
 @pytest.fixture
-def fake_device() -> Callable[..., workdir.DeviceOf]:
-    return device_seam
+async def watcher(nc: Client, node: str) -> AsyncIterator[FakeWatcher]:
+    fake = await FakeWatcher(nc, node).start()
+    yield fake
+    await fake.stop()
 
 
-def device_seam(*dirs: Path) -> workdir.DeviceOf:
-    """A device seam: the given directories (by inode) report another filesystem."""
-    inodes = {os.stat(d, follow_symlinks=False).st_ino for d in dirs}
+@pytest.fixture
+async def allocator(nc: Client, node: str) -> AsyncIterator[FakeAllocator]:
+    fake = await FakeAllocator(nc, node).start()
+    yield fake
+    await fake.stop()
 
-    def device_of(st: os.stat_result) -> int:
-        return st.st_dev + 1 if st.st_ino in inodes else st.st_dev
 
-    return device_of
+# --- the GC under test --------------------------------------------------------------------------
+
+SWEEP_SECONDS = 0.1
+
+
+@pytest.fixture
+def gc_config(nats_server: NatsServer, node: str, root: Path) -> Config:
+    return Config(
+        nats_urls=(nats_server.url,), node=node, pods_dir=root, resync_seconds=SWEEP_SECONDS
+    )
+
+
+StartGc = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+async def start_gc(nats_server: NatsServer, gc_config: Config) -> AsyncIterator[StartGc]:
+    """Start the GC in-process on its own connection; stopped at teardown."""
+    running: list[tuple[asyncio.Task[None], Client]] = []
+
+    async def start(**kwargs: Any) -> None:
+        client = await nats.connect(nats_server.url)
+        ready = asyncio.Event()
+        task = asyncio.create_task(gc_main.serve(gc_config, client, ready=ready, **kwargs))
+        running.append((task, client))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiter}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done():
+            task.result()
+        assert ready.is_set(), "the GC did not become ready"
+
+    yield start
+    for task, client in running:
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=10)
+        await client.drain()
+        assert done, "the GC did not stop within 10s of being cancelled"
+        if not task.cancelled():
+            task.result()  # a GC that crashed fails the test that ran it

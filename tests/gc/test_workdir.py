@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from gc_doubles import device_seam
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -253,14 +254,14 @@ def test_a_mark_that_is_not_a_regular_file_is_not_ours(root: Path, uid: str, kin
 
 @pytest.mark.parametrize("level", [*LEVELS, "cache"])
 def test_another_filesystem_is_not_entered_seam(
-    root: Path, uid: str, fake_device: Callable[..., workdir.DeviceOf], level: str
+    root: Path, uid: str, level: str
 ) -> None:
     sliced = workdir.write_sliced(root, uid, "main", {"limits.json": b"{}"})
     (sliced / "cache" / "blob").write_bytes(b"x")
     where = {"pod": root / uid, "container": sliced.parent, "sliced": sliced}.get(
         level, sliced / "cache"
     )
-    device_of = fake_device(where)
+    device_of = device_seam(where)
     result = workdir.collect_sliced(root, uid, "main", device_of=device_of)
     assert any("another filesystem" in reason for _, reason in result.left)
     assert (sliced / "cache" / "blob").exists()

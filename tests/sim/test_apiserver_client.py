@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import urllib3
@@ -71,7 +73,7 @@ def test_create_get_and_list_with_field_selector(core: client.CoreV1Api) -> None
     ids=["get-404", "delete-404", "create-409", "selector-400", "invalid-422"],
 )
 def test_errors_reach_the_client_as_status(
-    core: client.CoreV1Api, call, status: int, reason: str
+    core: client.CoreV1Api, call: Callable[[client.CoreV1Api], Any], status: int, reason: str
 ) -> None:
     core.create_namespaced_pod("default", pod_manifest("dup"))
     with pytest.raises(client.ApiException) as raised:
@@ -239,3 +241,19 @@ def test_admin_changes_are_visible_over_http(
     ] == ["a"]
     apiserver.delete_pod("default", "a", grace_period_seconds=0)
     assert core.list_namespaced_pod("default").items == []
+
+
+def test_events_group_patch_uses_its_own_field_names(core: client.CoreV1Api) -> None:
+    core.create_namespaced_event(
+        "default",
+        {
+            "metadata": {"name": "e"},
+            "involvedObject": {"kind": "Pod", "name": "a", "namespace": "default"},
+            "reason": "Blocked",
+            "message": "no room",
+        },
+    )
+    events_v1 = client.EventsV1Api(core.api_client)
+    patched = events_v1.patch_namespaced_event("e", "default", {"note": "room found"})
+    assert patched.note == "room found"
+    assert core.read_namespaced_event("e", "default").message == "room found"

@@ -93,5 +93,19 @@ def status_object(
     return status
 
 
+def success_status(code: int, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Status a successful delete of a non-Pod or a binding returns."""
+    status: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": code,
+    }
+    if details:
+        status["details"] = details
+    return status
+
+
 def not_found(resource: str, name: str) -> NotFound:
     return NotFound(f'{resource} "{name}" not found', details={"name": name, "kind": resource})

@@ -61,7 +61,8 @@ def from_core(core: dict[str, Any]) -> dict[str, Any]:
     if not event.get("eventTime"):
         # The real server shows null here for Events posted through core v1, which the
         # client's EventsV1Event model refuses; the creation time keeps such Events listable.
-        created = core.get("metadata", {}).get("creationTimestamp", "1970-01-01T00:00:00Z")
+        metadata = core.get("metadata") if isinstance(core.get("metadata"), dict) else {}
+        created = str(metadata.get("creationTimestamp", "1970-01-01T00:00:00Z"))
         event["eventTime"] = created.replace("Z", ".000000Z")
     return event
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from . import selectors
-from .errors import ApiError, BadRequest, Expired, NotFound, status_object
+from . import patch, selectors
+from .errors import ApiError, BadRequest, Expired, NotFound, success_status
 from .state import ServerState
 from .store import parse_rv
 from .watch import error_line
@@ -188,30 +188,32 @@ class Resource:
         self, request: web.Request, subresource: str | None = None
     ) -> web.StreamResponse:
         document = await _body(request)
-        updated = self.store.patch(
-            self.view.resource,
-            self._namespace(request),
-            request.match_info["name"],
-            request.headers.get("Content-Type", ""),
-            document,
-            subresource,
-        )
+        namespace, name = self._namespace(request), request.match_info["name"]
+        content_type = request.headers.get("Content-Type", "")
+        resource = self.view.resource
+        if self.view.from_wire is _same:
+            updated = self.store.patch(
+                resource, namespace, name, content_type, document, subresource
+            )
+        else:
+            # A view that renames fields is patched in its own shape, then stored converted.
+            shown = self.view.to_wire(self.store.get(resource, namespace, name))
+            changed = self.view.from_wire(patch.apply(content_type, shown, document))
+            updated = self.store.replace(resource, namespace, name, changed, subresource)
         return reply(self.view.to_wire(updated))
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
-        options = await _body(request, optional=True) or {}
+        options = await _body(request, optional=True)
+        if options is None:
+            # As the real server: the query parameters count only when there is no body.
+            options = {"gracePeriodSeconds": _int_param(request, "gracePeriodSeconds")}
         if not isinstance(options, dict):
             raise BadRequest("DeleteOptions must be a JSON object")
-        grace = _int_param(request, "gracePeriodSeconds")
-        if grace is not None:
-            options["gracePeriodSeconds"] = grace
         name = request.match_info["name"]
         deleted = self.store.delete(self.view.resource, self._namespace(request), name, options)
         if self.view.resource == "pods":
             return reply(deleted)
-        success = status_object(200, "", "")
-        success["details"] = {"name": name, "kind": self.view.resource}
-        return reply({k: v for k, v in success.items() if v != ""})
+        return reply(success_status(200, {"name": name, "kind": self.view.resource}))
 
     async def bind(self, request: web.Request) -> web.StreamResponse:
         body = _object_body(await _body(request))
@@ -219,5 +221,4 @@ class Resource:
         if not target.get("name"):
             raise BadRequest("a binding needs target.name")
         self.store.bind(self._namespace(request), request.match_info["name"], target["name"])
-        created = status_object(201, "", "")
-        return reply({k: v for k, v in created.items() if v != ""}, 201)
+        return reply(success_status(201), 201)

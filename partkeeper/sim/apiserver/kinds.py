@@ -128,6 +128,8 @@ def new_object(kind: Kind, body: dict[str, Any], namespace: str, now: datetime) 
     obj = copy.deepcopy(body)
     obj["kind"], obj["apiVersion"] = kind.kind, kind.api_version
     metadata = obj.setdefault("metadata", {})
+    if not isinstance(metadata, dict):
+        raise Invalid(f"{kind.kind} is invalid: metadata: must be an object")
     for key in SYSTEM_METADATA:
         metadata.pop(key, None)
     if not metadata.get("name") and metadata.get("generateName"):

@@ -84,6 +84,8 @@ def parse_rv(text: str | None) -> int | None:
 
 
 class Store:
+    """Pods, Nodes and Events by (namespace, name), with the history watches resume from."""
+
     def __init__(
         self, *, history_limit: int = 10_000, clock: Callable[[], datetime] = _utcnow
     ) -> None:
@@ -206,9 +208,9 @@ class Store:
         pod = self._objects["pods"].get(key)
         if pod is None:
             raise not_found("pods", name)
-        if not kinds.well_formed(pod):
+        if not kinds.well_formed(pod) or not isinstance(pod.get("spec"), dict):
             raise Invalid(f'pods "{name}" is stored malformed; only inject() may change it')
-        bound = pod.get("spec", {}).get("nodeName")
+        bound = pod["spec"].get("nodeName")
         if bound or pod["metadata"].get("deletionTimestamp"):
             reason = f"is already assigned to node {bound!r}" if bound else "is being deleted"
             raise Conflict(
@@ -216,14 +218,15 @@ class Store:
             )
         updated = copy.deepcopy(pod)
         updated["spec"]["nodeName"] = node_name
-        conditions = updated.setdefault("status", {}).setdefault("conditions", [])
-        conditions.append(
+        status = updated.setdefault("status", {})
+        status["conditions"] = [
+            *status.get("conditions", []),
             {
                 "type": "PodScheduled",
                 "status": "True",
                 "lastTransitionTime": kinds.timestamp(self.clock()),
-            }
-        )
+            },
+        ]
         return copy.deepcopy(self._commit("pods", key, MODIFIED, updated).obj)
 
     @staticmethod

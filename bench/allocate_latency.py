@@ -1,0 +1,149 @@
+"""Allocate latency: `python -m bench.allocate_latency [--calls 500]`.
+
+A real nats-server, the allocator via `serve` with the sim driver at zero latency, and kubelet's
+side played by a gRPC client calling Allocate on the plugin socket. Each call serves a fresh
+pending Pod (answered by a minimal `pods.pending` service); between calls, untimed, the partition
+is reclaimed as the reclaimer would (release, destroy, remove) so every call finds room. Prints
+p50 and p99 of the whole gRPC call, which includes finding the Pod, the claim writes (CAS), the
+create, the audit events and the descriptor. Goal: p99 < 20 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import nats
+
+from partkeeper.bus import ensure_topology, serve
+from partkeeper.bus.rpc import Endpoint
+from partkeeper.claims import ClaimsStore, inventory, machine
+from partkeeper.config import Config
+from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper.kubelet import deviceplugin_pb2 as pb
+from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
+from partkeeper.stack.natsserver import NatsServer
+from schemas import ContainerRequest, PendingPodsQuery, PendingPodsReply, PodRecord, encode
+from schemas.names import (
+    BUCKET_CLAIMS,
+    BUCKET_PODS,
+    SERVICE_WATCHER,
+    pods_key,
+    pods_pending_subject,
+)
+from services.allocator.main import serve as serve_allocator
+from services.allocator.options import Options
+from services.allocator.registration import endpoint_name
+
+NODE = "bench-node"
+RESOURCE = "nvidia.com/mig-1g.10gb"
+TOKEN = "1g.10gb-0"
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+async def run(calls: int, warmup: int) -> list[float]:
+    server = NatsServer().start()
+    directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
+    nc = await nats.connect(server.url)
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        js = nc.jetstream()
+        await ensure_topology(js)
+        state = directory / "sim.json"
+        init_state(state, ["H100-80GB"], [])
+        driver = SimDriver(state)
+        pods_kv = await js.key_value(BUCKET_PODS)
+        pending: list[PodRecord] = []
+
+        async def answer(query: PendingPodsQuery) -> PendingPodsReply:
+            return PendingPodsReply(pods=list(pending))
+
+        watcher = await serve(nc, name=SERVICE_WATCHER, version="0.0.0", description="bench",
+                              endpoints=[Endpoint("pods-pending", pods_pending_subject(NODE),
+                                                  PendingPodsQuery, answer)])
+        config = Config(node=NODE, kubelet_dir=directory / "dp", pods_dir=directory / "pods",
+                        pod_resources_socket=directory / "absent.sock", driver="sim",
+                        sim_state=state)
+        ready = asyncio.Event()
+        tasks.append(asyncio.create_task(
+            serve_allocator(config, nc, ready=ready, options=Options(driver=driver))))
+        await asyncio.wait_for(ready.wait(), 30)
+        store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), NODE)
+        samples: list[float] = []
+        async with open_unix_channel(config.kubelet_dir / endpoint_name(RESOURCE)) as channel:
+            stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)
+            for i in range(warmup + calls):
+                record = _pod(i)
+                await pods_kv.put(pods_key(NODE, record.uid), encode(record))
+                pending[:] = [record]
+                request = pb.AllocateRequest(
+                    container_requests=[pb.ContainerAllocateRequest(devices_ids=[TOKEN])])
+                started = time.perf_counter()
+                await stub.Allocate(request, timeout=30)
+                elapsed = time.perf_counter() - started
+                if i >= warmup:
+                    samples.append(elapsed)
+                pending.clear()
+                await _reclaim(store, driver)
+        await watcher.stop()
+        return samples
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await nc.drain()
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(server.store_dir, ignore_errors=True)
+
+
+def _pod(i: int) -> PodRecord:
+    return PodRecord(
+        node=NODE, uid=str(uuid.uuid4()), namespace="bench", name=f"pod-{i}", phase="Pending",
+        state="live", created=f"{i:08d}",
+        containers=[ContainerRequest(name="main", requests={RESOURCE: 1})],
+        resource_version=str(i), updated_at=time.time(),
+    )
+
+
+async def _reclaim(store: ClaimsStore, driver: SimDriver) -> None:
+    """What the reclaimer does once the Pod is gone: release, destroy, remove."""
+    doc, _ = await store.read(0)
+    for claim in doc.claims.values():
+        await store.update(0, lambda d, c=claim: machine.release(d, c.id, "bench", time.time()))
+        doc, _ = await store.read(0)
+        inv = inventory.classify(doc, await asyncio.to_thread(driver.instances, 0))
+        inst = inv.owned.get(claim.id)
+        if inst is not None:
+            await asyncio.to_thread(driver.destroy, inst)
+        await store.update(0, lambda d, c=claim: machine.remove(d, c.id))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.allocate_latency", description=__doc__)
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=20)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    samples = asyncio.run(run(args.calls, args.warmup))
+    ms = [s * 1000 for s in samples]
+    print(f"allocate latency over {len(ms)} calls (sim driver, zero latency): "
+          f"p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
+          f"mean {statistics.fmean(ms):.2f} ms, max {max(ms):.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

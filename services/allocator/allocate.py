@@ -1,0 +1,277 @@
+"""The Allocate flow (DESIGN.md section 5), one container request at a time.
+
+    retried?  -> the same partition(s), completing a `creating` claim left by a crash
+    otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as
+                 `creating` -> create -> `active` -> descriptors -> reply
+
+Once claims are written, their realisation runs to the end even if kubelet gives up on the call,
+so a kubelet retry finds them active (or abandoned) rather than half-made. Waiting for room
+honours cancellation: nothing is written while waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from partkeeper import faults
+from partkeeper.claims import StoreReadError
+from partkeeper.kubelet import deviceplugin_pb2 as pb
+from partkeeper.telemetry import metrics
+from partkeeper.telemetry.logs import decision
+from partkeeper.workdir import WorkdirError, write_descriptor
+from schemas import Claim, encode
+from services.allocator import blockers, partitions, podmatch, reply, retry, room, slices, writes
+from services.allocator.catalog import Offer
+from services.allocator.context import Context
+from services.allocator.placement import Spot, place
+from services.allocator.podmatch import Target
+from services.allocator.refusal import Refusal, Result
+from services.allocator.snapshot import Snapshot, SnapshotError, read
+
+log = logging.getLogger(__name__)
+
+PLAN_ATTEMPTS = 3  # plans in a row whose placement the driver found taken before refusing
+
+
+class Allocator:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._work: dict[str, asyncio.Task[list[Claim]]] = {}  # claim id -> its realisation
+        self._serving: set[tuple[str, str, str]] = set()  # (uid, container, resource) in flight
+        self._choosing = asyncio.Lock()
+
+    async def allocate(
+        self, offer: Offer, device_ids: Sequence[str]
+    ) -> pb.ContainerAllocateResponse:
+        started = time.perf_counter()
+        label = "error"
+        try:
+            response, label = await self._allocate(offer, device_ids)
+            return response
+        except Refusal as exc:
+            label = exc.result.label
+            decision(log, f"Allocate refused: {exc.message}", resource=offer.resource,
+                     device_ids=",".join(device_ids))
+            raise
+        except asyncio.CancelledError:
+            label = "cancelled"
+            raise
+        finally:
+            metrics.ALLOCATIONS.labels(offer.resource, label).inc()
+            metrics.ALLOCATE_SECONDS.labels(offer.resource).observe(time.perf_counter() - started)
+            self.ctx.changes.touch()
+
+    async def close(self) -> None:
+        """Let realisations kubelet gave up on finish (they leave the store consistent)."""
+        pending = set(self._work.values())
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _allocate(
+        self, offer: Offer, device_ids: Sequence[str]
+    ) -> tuple[pb.ContainerAllocateResponse, str]:
+        ids = _checked(offer, device_ids)
+        snap = await self._snapshot()
+        group = retry.existing(snap.claims, offer.resource, ids)
+        if group and await self._is_retry(group, snap):
+            return await self._resume(offer, group), "retry"
+        target = await self._choose(offer, len(ids))
+        try:
+            for attempt in range(1, PLAN_ATTEMPTS + 1):
+                claims = await self.reserve(offer, target, ids)
+                await faults.reach("allocator.after_claim")
+                try:
+                    active = await self._realise(offer, claims, resume=False)
+                except partitions.Displaced as exc:
+                    if attempt == PLAN_ATTEMPTS:
+                        raise Refusal(Result.UNAVAILABLE, f"the placement planned for {target} "
+                                      f"was taken {attempt} times in a row ({exc}); nothing "
+                                      "was claimed") from exc
+                    continue
+                return await self._respond(offer, active), "ok"
+        finally:
+            self._serving.discard((target.uid, target.container, offer.resource))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _choose(self, offer: Offer, quantity: int) -> Target:
+        """The container to serve; one choice at a time in this process, so two concurrent
+        Allocates never pick the same container before either has written its claim."""
+        async with self._choosing:
+            try:
+                docs = await self.ctx.store.read_all([c.index for c in self.ctx.cards])
+            except StoreReadError as exc:
+                raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
+            claimed = {(c.pod_uid, c.container) for doc, _ in docs.values()
+                       for c in doc.claims.values() if c.resource == offer.resource}
+            claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
+            try:
+                target = await podmatch.find(self.ctx, offer.resource, quantity, claimed)
+            except podmatch.LookupFailed as exc:
+                raise Refusal(Result.NO_POD, str(exc)) from exc
+            self._serving.add((target.uid, target.container, offer.resource))
+            return target
+
+    async def _snapshot(self) -> Snapshot:
+        try:
+            return await read(self.ctx)
+        except SnapshotError as exc:
+            raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
+
+    async def _is_retry(self, group: list[Claim], snap: Snapshot) -> bool:
+        """Same device IDs as a live claim: a retry, unless its Pod stopped and kubelet re-used
+        the tokens (then the Pod is confirmed finished or gone)."""
+        first = group[0]
+        if snap.is_dead(first.pod_uid):
+            return False
+        try:
+            answer = await podmatch.pod_state(self.ctx, first.pod_uid, fresh=True)
+        except podmatch.LookupFailed as exc:
+            raise Refusal(Result.UNAVAILABLE, f"device IDs {','.join(first.device_ids)} are held "
+                          f"by claim {first.id} of Pod {first.namespace}/{first.name}; {exc}, so "
+                          "a retry cannot be told from a re-use; nothing was claimed") from exc
+        return answer.state not in ("finished", "gone")
+
+    async def reserve(self, offer: Offer, target: Target, ids: list[str]) -> list[Claim]:
+        """Write `creating` claims for `ids`, making room or waiting for it up to the deadline."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.ctx.options.room_wait_seconds
+        attempt = 0
+        while True:
+            change = self.ctx.changes.next_change()
+            async with self.ctx.placing:
+                snap = await self._snapshot()
+                spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
+                              count=len(ids))
+                if spots is not None:
+                    claims = await self._begin(offer, target, ids, spots)
+                    if claims is not None:
+                        return claims
+            attempt += 1
+            remaining = deadline - loop.time()
+            if spots is None and remaining > 0 and await self._make_room(offer, ids, snap,
+                                                                        attempt, remaining):
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                waited = loop.time() - started
+                raise Refusal(Result.FULL, blockers.describe(offer, snap, len(ids), self.ctx.node,
+                                                            waited))
+            if spots is None:
+                pause = min(remaining, self.ctx.options.lookup.delay(attempt) * 4)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(change.wait(), pause)
+
+    async def _make_room(
+        self, offer: Offer, ids: list[str], snap: Snapshot, attempt: int, remaining: float
+    ) -> bool:
+        try:
+            async with asyncio.timeout(remaining):
+                return await room.make(self.ctx, offer, len(ids), snap, attempt)
+        except TimeoutError:
+            return False
+
+    async def _begin(
+        self, offer: Offer, target: Target, ids: list[str], spots: list[Spot]
+    ) -> list[Claim] | None:
+        now = time.time()
+        claims = [
+            writes.new_claim(offer, target, t, s, now) for t, s in zip(ids, spots, strict=True)
+        ]
+        written: list[Claim] = []
+        try:
+            for claim in claims:
+                if not await writes.begin(self.ctx, claim):
+                    break
+                written.append(claim)
+            else:
+                return written
+        except Exception as exc:
+            await self._abandon(written, f"writing the claims failed: {exc}")
+            raise Refusal(Result.UNAVAILABLE, f"claiming room for {target} failed: {exc}; "
+                          "nothing was claimed") from exc
+        await self._abandon(written, "placement lost to another writer; planning again")
+        return None
+
+    async def _abandon(self, claims: list[Claim], reason: str) -> None:
+        for claim in claims:
+            await writes.abandon(self.ctx, claim, reason)
+
+    async def _realise(self, offer: Offer, claims: list[Claim], *, resume: bool) -> list[Claim]:
+        """Create/activate in a task that outlives a cancelled call (see the module docstring)."""
+        if offer.kind == "slice":
+            work = slices.realise(self.ctx, claims)
+        else:
+            work = partitions.realise(self.ctx, claims, resume=resume)
+        task = asyncio.create_task(work, name=f"realise {claims[0].id}")
+        for claim in claims:
+            self._work[claim.id] = task
+        task.add_done_callback(lambda t: self._settled(t, claims))
+        return await asyncio.shield(task)
+
+    def _settled(self, task: asyncio.Task[list[Claim]], claims: list[Claim]) -> None:
+        for claim in claims:
+            if self._work.get(claim.id) is task:
+                del self._work[claim.id]
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("realisation of %s ended with %s", claims[0].id, task.exception())
+
+    async def _resume(self, offer: Offer, group: list[Claim]) -> pb.ContainerAllocateResponse:
+        running = {self._work[c.id] for c in group if c.id in self._work}
+        if running:
+            await asyncio.gather(*(asyncio.shield(t) for t in running), return_exceptions=True)
+            snap = await self._snapshot()
+            group = retry.existing(snap.claims, offer.resource, _tokens(group))
+            if not group:
+                raise Refusal(Result.UNAVAILABLE, "the first attempt of this Allocate failed and "
+                              "undid its claims; kubelet may retry")
+        creating = [c for c in group if c.state == "creating"]
+        done = [c for c in group if c.state == "active"]
+        if creating:
+            first = creating[0]
+            decision(log, "retried Allocate completes a creating claim", pod_uid=first.pod_uid,
+                     card=first.card, claim_id=first.id)
+            done += await self._realise(offer, creating, resume=True)
+        return await self._respond(offer, done)
+
+    async def _respond(self, offer: Offer, claims: list[Claim]) -> pb.ContainerAllocateResponse:
+        claims = reply.in_token_order(claims, offer.tokens)
+        if offer.kind == "slice":
+            cards = {c.index: c for c in self.ctx.cards}
+            config = slices.config_for(claims, cards, self.ctx.config.slices_per_card)
+            response = reply.slice_response(claims, config, self.ctx.config.pods_dir)
+        else:
+            await self._write_descriptors(claims)
+            response = reply.partition_response(claims)
+        await faults.reach("allocator.after_active")
+        return response
+
+    async def _write_descriptors(self, claims: list[Claim]) -> None:
+        for claim in claims:
+            body = encode(reply.descriptor(claim, self.ctx.card(claim.card)))
+            uuid = claim.instance.uuid if claim.instance else ""
+            try:
+                await asyncio.to_thread(write_descriptor, self.ctx.config.pods_dir,
+                                        claim.pod_uid, claim.container, uuid, body)
+            except WorkdirError as exc:
+                raise Refusal(Result.UNAVAILABLE, f"partition {uuid} of Pod {claim.namespace}/"
+                              f"{claim.name} ({claim.pod_uid}) is made (claim {claim.id}, active) "
+                              f"but its descriptor could not be written: {exc}") from exc
+
+
+def _tokens(claims: Sequence[Claim]) -> list[str]:
+    return sorted({t for c in claims for t in c.device_ids})
+
+
+def _checked(offer: Offer, device_ids: Sequence[str]) -> list[str]:
+    ids = list(device_ids)
+    unknown = [i for i in ids if i not in offer.tokens]
+    if not ids or unknown or len(set(ids)) != len(ids):
+        raise Refusal(Result.INVALID, f"Allocate for {offer.resource} named device IDs "
+                      f"{','.join(ids) or '(none)'}; expected distinct IDs this plugin lists")
+    rank = {t: i for i, t in enumerate(offer.tokens)}
+    return sorted(ids, key=rank.__getitem__)

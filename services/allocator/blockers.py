@@ -1,0 +1,93 @@
+"""Why an Allocate does not fit, and what would make it fit: pure functions of a snapshot.
+
+- `reclaim_plan`: the claims held by Pods confirmed finished or gone (or already `releasing`)
+  whose destruction would make room, or None when even destroying all of them would not;
+- `suspects`: the Pods of the other holders, to be asked about afresh;
+- `describe`: the refusal sentence, naming what is full and what holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from partkeeper.claims import inventory
+from partkeeper.drivers.profiles import overlaps
+from schemas import Claim
+from services.allocator.catalog import Offer
+from services.allocator.placement import Spot, place
+from services.allocator.snapshot import Snapshot
+
+
+def _dead(claim: Claim, snap: Snapshot) -> bool:
+    return claim.state == "releasing" or snap.is_dead(claim.pod_uid)
+
+
+def _relevant(offer: Offer, snap: Snapshot) -> list[Claim]:
+    return [c for c in snap.claims if c.kind == offer.kind and c.card in offer.legal]
+
+
+def reclaim_plan(offer: Offer, snap: Snapshot, count: int) -> list[Claim] | None:
+    """The dead holders to destroy so that `count` instances of the offer fit; None if no plan."""
+    dead = {c.id: c for c in _relevant(offer, snap) if _dead(c, snap)}
+    theirs: dict[tuple[int, int], str] = {}  # (card, GI id) of an instance -> its dead claim
+    for card, doc in snap.docs.items():
+        inv = inventory.classify(doc, list(snap.instances.get(card, ())))
+        for claim_id, inst in (*inv.owned.items(), *inv.unrecorded.items()):
+            if claim_id in dead:
+                theirs[(card, inst.gi_id)] = claim_id
+    claims = [c for c in snap.claims if c.id not in dead]
+    instances = [i for i in snap.all_instances if (i.card, i.gi_id) not in theirs]
+    spots = place(offer.legal, claims, instances, kind=offer.kind, count=count)
+    if spots is None:
+        return None
+    hit: set[str] = set()
+    for claim in dead.values():
+        if _covers(spots, claim.card, (claim.start, claim.size)):
+            hit.add(claim.id)
+    for inst in snap.all_instances:
+        owner = theirs.get((inst.card, inst.gi_id))
+        if owner is not None and _covers(spots, inst.card, inst.placement):
+            hit.add(owner)
+    return [dead[i] for i in sorted(hit)]
+
+
+def _covers(spots: Sequence[Spot], card: int, rng: tuple[int, int]) -> bool:
+    return any(s.card == card and overlaps(s.range, rng) for s in spots)
+
+
+def suspects(offer: Offer, snap: Snapshot) -> list[str]:
+    """Pods holding room the offer could use that look live: worth a fresh question."""
+    return sorted({c.pod_uid for c in _relevant(offer, snap) if not _dead(c, snap)})
+
+
+def describe(offer: Offer, snap: Snapshot, count: int, node: str, waited: float) -> str:
+    """One sentence: what is full and what holds it."""
+    holders: list[str] = []
+    for card in offer.cards:
+        info = snap.cards.get(card)
+        model = f" ({info.model})" if info is not None else ""
+        parts = [_claim_text(c, snap) for c in snap.claims
+                 if c.card == card and c.kind == offer.kind]
+        doc = snap.docs.get(card)
+        if doc is not None and offer.kind == "partition":
+            inv = inventory.classify(doc, list(snap.instances.get(card, ())))
+            parts += [f"a foreign {i.profile} at slices {_span(i.start, i.size)} ({i.uuid})"
+                      for i in inv.foreign]
+        holders.append(f"card {card}{model} holds " + ("; ".join(parts) or "nothing we can see"))
+    what = "slice" if offer.kind == "slice" else f"{offer.profile} partition"
+    return (
+        f"no room for {count} {what}(s) of {offer.resource} on node {node} after waiting "
+        f"{waited:.0f}s: " + ". ".join(holders) + ". Nothing was claimed."
+    )
+
+
+def _claim_text(claim: Claim, snap: Snapshot) -> str:
+    pod = "confirmed finished or gone" if snap.is_dead(claim.pod_uid) else "live"
+    return (
+        f"{claim.profile} at slices {_span(claim.start, claim.size)} for Pod {claim.namespace}/"
+        f"{claim.name} ({claim.pod_uid}, {pod}; claim {claim.id} {claim.state})"
+    )
+
+
+def _span(start: int, size: int) -> str:
+    return str(start) if size == 1 else f"{start}-{start + size - 1}"

@@ -1,0 +1,95 @@
+"""Turning written partition claims into hardware: create (or adopt), activate, undo.
+
+Runs after the claims are durable as `creating` (invariant 4). The only destroys the allocator
+ever makes are here, in `undo`, of an instance this Allocate created and never activated
+(invariant 2's exception); anything it cannot undo is handed to the reclaimer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from partkeeper import faults
+from partkeeper.claims import inventory
+from partkeeper.drivers import DriverError, Instance, InstanceSpec, NotFoundError, PlacementError
+from schemas import Claim
+from services.allocator import writes
+from services.allocator.context import Context
+from services.allocator.refusal import Refusal, Result
+
+log = logging.getLogger(__name__)
+
+
+class Displaced(Exception):
+    """The driver found the planned placement taken (an instance appeared since the plan, e.g.
+    carved by hand); everything was undone and the caller may plan again."""
+
+
+async def adopt(ctx: Context, claim: Claim) -> Instance | None:
+    """An instance exactly at the claim's spec that no claim records: what a crash between create
+    and activate leaves behind. Raises Refusal when the card cannot be enumerated."""
+    try:
+        doc, _ = await ctx.store.read(claim.card)
+        instances = await asyncio.to_thread(ctx.driver.instances, claim.card)
+    except Exception as exc:
+        raise Refusal(Result.UNAVAILABLE, f"cannot finish claim {claim.id} of {_who(claim)}: "
+                      f"reading card {claim.card} failed ({exc}); kubelet may retry") from exc
+    return inventory.classify(doc, instances).unrecorded.get(claim.id)
+
+
+async def create(ctx: Context, claim: Claim) -> Instance:
+    spec = InstanceSpec(claim.card, claim.profile, claim.start)
+    return await asyncio.to_thread(ctx.driver.create, spec)
+
+
+async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) -> list[Claim]:
+    """Create (or, resuming, adopt) and activate every claim; all or nothing.
+
+    On a driver failure or a claim found released, every instance this call created and did not
+    activate is destroyed and its claim abandoned, and a Refusal says why.
+    """
+    made: list[tuple[Claim, Instance]] = []
+    for claim in claims:
+        try:
+            found = await adopt(ctx, claim) if resume else None
+            made.append((claim, found or await create(ctx, claim)))
+        except PlacementError as exc:
+            await undo(ctx, made, claims[len(made):], f"placement taken meanwhile: {exc}")
+            raise Displaced(str(exc)) from exc
+        except DriverError as exc:
+            await undo(ctx, made, claims[len(made):], f"create failed: {exc}")
+            raise Refusal(Result.DRIVER, f"creating {claim.profile} at {claim.start} on card "
+                          f"{claim.card} for {_who(claim)} failed: {exc}; nothing is left "
+                          "behind and kubelet may retry") from exc
+        await faults.reach("allocator.after_create")
+    active: list[Claim] = []
+    for i, (claim, instance) in enumerate(made):
+        try:
+            active.append(await writes.activate(ctx, claim, instance))
+        except (writes.Released, writes.Vanished) as exc:
+            await undo(ctx, made[i:], [], f"its Pod was declared gone during the create ({exc})")
+            raise Refusal(Result.GONE, f"{_who(claim)} was declared gone while its partition was "
+                          "being created; the new partition was destroyed again") from exc
+    return active
+
+
+async def undo(
+    ctx: Context, made: list[tuple[Claim, Instance]], unmade: list[Claim], reason: str
+) -> None:
+    """Destroy what this Allocate created and never activated; abandon those claims."""
+    for claim, instance in made:
+        try:
+            await asyncio.to_thread(ctx.driver.destroy, instance)
+        except NotFoundError:
+            pass
+        except DriverError as exc:
+            await writes.hand_over(ctx, claim, instance, f"{reason}; undo failed: {exc}")
+            continue
+        await writes.abandon(ctx, claim, reason)
+    for claim in unmade:
+        await writes.abandon(ctx, claim, reason)
+
+
+def _who(claim: Claim) -> str:
+    return f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid}) container {claim.container}"

@@ -1,0 +1,116 @@
+"""The coalescing recompute: on any change, read fresh state, push token health, publish capacity.
+
+Triggers (they carry no data; see `changes`): the claims bucket (a KV watch on this node's keys),
+the pk-pods mirror, the hardware poll (foreign instances appear and vanish without a claim), and
+every Allocate. A pass takes a few milliseconds, so an update reaches kubelet well within 100 ms.
+A failed read keeps the last advertised lists: nothing is concluded from a partial read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from nats.js.kv import KeyValue
+
+from partkeeper.bus import backoff
+from partkeeper.telemetry import metrics
+from schemas import NodeCapacity, encode
+from schemas.names import capacity_key, claims_prefix
+from services.allocator.advertise import advertise, same
+from services.allocator.context import Context
+from services.allocator.plugin import Board
+from services.allocator.snapshot import SnapshotError, read, read_instances
+
+log = logging.getLogger(__name__)
+
+
+class Recompute:
+    def __init__(self, ctx: Context, boards: dict[str, Board], capacity_kv: KeyValue) -> None:
+        self.ctx = ctx
+        self.boards = boards
+        self.capacity_kv = capacity_kv
+        self.published: NodeCapacity | None = None
+        self.failures = 0
+
+    async def run(self, first: asyncio.Event) -> None:
+        """Recompute on every change until cancelled; `first` is set after the first full pass."""
+        while True:
+            await self.ctx.changes.pending()
+            if await self.once():
+                first.set()
+
+    async def once(self) -> bool:
+        try:
+            snap = await read(self.ctx)
+        except SnapshotError as exc:
+            self.failures += 1
+            wait = backoff.delay(self.failures, cap=5.0)
+            log.warning("capacity not recomputed (%s); keeping the last lists, again in %.1fs",
+                        exc, wait)
+            asyncio.get_running_loop().call_later(wait, self.ctx.changes.touch)
+            return False
+        self.failures = 0
+        advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
+        for resource, health in advert.health.items():
+            self.boards[resource].post(health)
+        _record_metrics(self.ctx, advert.capacity)
+        await self._publish(advert.capacity)
+        return True
+
+    async def _publish(self, doc: NodeCapacity) -> None:
+        if same(doc, self.published):
+            return
+        try:
+            await self.capacity_kv.put(capacity_key(self.ctx.node), encode(doc))
+        except Exception as exc:
+            log.warning("publishing capacity to pk-capacity failed (%s); will retry", exc)
+            asyncio.get_running_loop().call_later(backoff.delay(1), self.ctx.changes.touch)
+            return
+        self.published = doc
+
+
+def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:
+    for resource, cap in doc.resources.items():
+        metrics.CAPACITY.labels(resource, "healthy").set(cap.healthy)
+        metrics.CAPACITY.labels(resource, "unhealthy").set(cap.unhealthy)
+    for offer in ctx.offers.values():
+        metrics.FREE_PLACEMENTS.labels(offer.profile).set(doc.resources[offer.resource].free)
+
+
+async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None:
+    """Touch on every change of this node's claim documents (whoever wrote it)."""
+    attempt = 0
+    while True:
+        try:
+            watcher = await kv.watch(f"{claims_prefix(ctx.node)}*", meta_only=True)
+            try:
+                async for entry in watcher:
+                    if entry is None:
+                        ready.set()
+                    ctx.changes.touch()
+            finally:
+                await watcher.stop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            attempt += 1
+            wait = backoff.delay(attempt, cap=5.0)
+            log.warning("watching pk-claims failed (%s); again in %.1fs", exc, wait)
+            await asyncio.sleep(wait)
+            ctx.changes.touch()
+
+
+async def poll_hardware(ctx: Context) -> None:
+    """Touch when the cards' instances differ from the last enumeration (foreign changes)."""
+    last: object = None
+    while True:
+        with contextlib.suppress(SnapshotError):
+            current = await read_instances(ctx)
+            if current != last:
+                if last is not None:
+                    ctx.changes.touch()
+                last = current
+        await asyncio.sleep(ctx.options.hardware_poll_seconds)

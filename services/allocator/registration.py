@@ -1,0 +1,154 @@
+"""Serving one plugin socket per resource in PK_KUBELET_DIR and registering with kubelet.
+
+kubelet re-creates `kubelet.sock` when it restarts and deletes the plugins' sockets; a plugin must
+then serve again and register again. The standard library has no inotify, so the socket's
+identity (device, inode, ctime) is polled about once a second, which is cheap and bounds the
+re-registration delay; any change, or a missing plugin socket, re-serves and re-registers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import stat
+from pathlib import Path
+
+import grpc
+import grpc.aio
+
+from partkeeper.bus import backoff
+from partkeeper.kubelet import (
+    API_VERSION,
+    KUBELET_SOCKET,
+    deviceplugin_pb2,
+    deviceplugin_pb2_grpc,
+    open_unix_channel,
+    unix_target,
+)
+from services.allocator.allocate import Allocator
+from services.allocator.catalog import Offer
+from services.allocator.plugin import OPTIONS, Board, DevicePlugin
+
+log = logging.getLogger(__name__)
+
+Identity = tuple[int, int, int]
+REGISTER_TIMEOUT = 5.0
+
+
+def identity(path: Path) -> Identity | None:
+    """Which socket is at `path` now, or None when there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+def endpoint_name(resource: str) -> str:
+    """The plugin's socket file name for a resource: one path component, no slash."""
+    return "partkeeper-" + resource.replace("/", "_") + ".sock"
+
+
+class PluginServer:
+    """A grpc.aio server for one resource on `<dir>/<endpoint>`."""
+
+    def __init__(self, directory: Path, offer: Offer, board: Board, allocator: Allocator) -> None:
+        self.directory = directory
+        self.offer = offer
+        self.board = board
+        self.allocator = allocator
+        self.endpoint = endpoint_name(offer.resource)
+        self.path = directory / self.endpoint
+        self._server: grpc.aio.Server | None = None
+        self._servicer: DevicePlugin | None = None
+        self._identity: Identity | None = None
+
+    async def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        servicer = DevicePlugin(self.offer, self.board, self.allocator)
+        server = grpc.aio.server()
+        deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(servicer, server)
+        server.add_insecure_port(unix_target(self.path))
+        await server.start()
+        self._server, self._servicer = server, servicer
+        self._identity = identity(self.path)
+        log.info("serving %s on %s", self.offer.resource, self.path)
+
+    async def stop(self) -> None:
+        if self._servicer is not None:
+            self._servicer.stop.set()
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace=0.2)
+        if self._identity is not None and identity(self.path) == self._identity:
+            self.path.unlink(missing_ok=True)
+        self._identity = None
+
+    def intact(self) -> bool:
+        """Our socket is still the file at our path (kubelet deletes plugin sockets at start)."""
+        return self._server is not None and identity(self.path) == self._identity
+
+    async def ensure_serving(self) -> None:
+        if not self.intact():
+            await self.stop()
+            await self.start()
+
+
+async def register(kubelet_socket: Path, server: PluginServer) -> None:
+    request = deviceplugin_pb2.RegisterRequest(
+        version=API_VERSION,
+        endpoint=server.endpoint,
+        resource_name=server.offer.resource,
+        options=OPTIONS,
+    )
+    async with open_unix_channel(kubelet_socket) as channel:
+        stub = deviceplugin_pb2_grpc.RegistrationStub(channel)
+        await stub.Register(request, timeout=REGISTER_TIMEOUT)
+
+
+class Registrar:
+    """Keeps every plugin served and registered with the kubelet currently at kubelet.sock."""
+
+    def __init__(self, directory: Path, servers: list[PluginServer], poll_seconds: float) -> None:
+        self.kubelet_socket = directory / KUBELET_SOCKET
+        self.servers = servers
+        self.poll_seconds = poll_seconds
+        self.registrations = 0  # successful Register calls, for tests and logs
+
+    async def run(self) -> None:
+        registered_with: Identity | None = None
+        attempt = 0
+        while True:
+            current = identity(self.kubelet_socket)
+            stale = any(not s.intact() for s in self.servers)
+            if current is not None and (current != registered_with or stale):
+                if await self._register_all():
+                    registered_with, attempt = current, 0
+                else:
+                    attempt += 1
+                    await asyncio.sleep(backoff.delay(attempt, base=0.2, cap=5.0))
+                    continue
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _register_all(self) -> bool:
+        for server in self.servers:
+            try:
+                await server.ensure_serving()
+                await register(self.kubelet_socket, server)
+            except (grpc.aio.AioRpcError, OSError) as exc:
+                log.warning("registering %s with kubelet at %s failed: %s; retrying",
+                            server.offer.resource, self.kubelet_socket, exc)
+                return False
+            self.registrations += 1
+            log.info("registered %s with kubelet (endpoint %s)", server.offer.resource,
+                     server.endpoint)
+        return True
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            await server.stop()
+
+

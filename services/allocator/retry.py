@@ -1,0 +1,34 @@
+"""Recognising a retried Allocate: pure. kubelet passes the same device IDs again for the same
+container; those IDs are on the claims it got the first time (invariant 7)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from schemas import Claim
+
+
+def existing(claims: Iterable[Claim], resource: str, device_ids: Sequence[str]) -> list[Claim]:
+    """The creating/active claims of one container that carry exactly these device IDs.
+
+    A token carried by several claims (kubelet re-used it after its first holder stopped) belongs
+    to the newest. Empty when no claim carries them, or when they are spread over several
+    containers' claims: then kubelet re-used freed tokens and this is a new allocation.
+    """
+    wanted = set(device_ids)
+    newest: dict[str, Claim] = {}
+    for claim in claims:
+        if claim.resource != resource or claim.state not in ("creating", "active"):
+            continue
+        for token in wanted.intersection(claim.device_ids):
+            current = newest.get(token)
+            if current is None or (claim.created_at, claim.id) > (current.created_at, current.id):
+                newest[token] = claim
+    mine = list({c.id: c for c in newest.values()}.values())
+    if not mine:
+        return []
+    owners = {(c.pod_uid, c.container) for c in mine}
+    carried = {t for c in mine for t in c.device_ids}
+    if len(owners) != 1 or carried != wanted:
+        return []
+    return mine

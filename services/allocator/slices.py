@@ -1,0 +1,98 @@
+"""Logical slices of cards not in partition mode: claims of kind "slice", limiter files, no driver.
+
+A sliced card offers `PK_SLICES_PER_CARD` slices; a slice claim sits in the card's claims document
+like a partition claim (start = slice index, size = 1, profile "sliced"). Its effect is a limiter
+configuration (memory MiB, compute percent) and a cache directory under
+`PK_PODS_DIR/<podUID>/c-<container>/sliced/`, written with `partkeeper.workdir.write_sliced`
+(which also writes the GC's ownership mark). Only the GC removes that tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from partkeeper.drivers import Card
+from partkeeper.workdir import WorkdirError, write_sliced
+from schemas import Claim
+from services.allocator import writes
+from services.allocator.context import Context
+from services.allocator.refusal import Refusal, Result
+
+LIMITS_FILE = "limits.json"
+CACHE_DIR = "cache"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceLimits:
+    memory_mib: int
+    compute_percent: int
+
+
+class SliceConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """What the limiter inside the container reads (limits.json)."""
+
+    pod_uid: str
+    container: str
+    card_uuids: list[str]
+    slices: list[int]
+    memory_mib: int
+    compute_percent: int
+    cache_dir: str
+
+
+def limits(card: Card, slices_per_card: int, count: int = 1) -> SliceLimits:
+    """`count` slices' share of one card's memory and compute."""
+    return SliceLimits(
+        memory_mib=card.memory_mib * count // slices_per_card,
+        compute_percent=max(1, 100 * count // slices_per_card),
+    )
+
+
+def config_for(claims: list[Claim], cards: dict[int, Card], slices_per_card: int) -> SliceConfig:
+    first = claims[0]
+    per_card = [limits(cards[c.card], slices_per_card) for c in claims]
+    return SliceConfig(
+        pod_uid=first.pod_uid,
+        container=first.container,
+        card_uuids=sorted({cards[c.card].uuid for c in claims}),
+        slices=[c.card * slices_per_card + c.start for c in claims],
+        memory_mib=sum(lim.memory_mib for lim in per_card),
+        compute_percent=min(100, sum(lim.compute_percent for lim in per_card)),
+        cache_dir=CACHE_DIR,
+    )
+
+
+async def write_files(ctx: Context, claims: list[Claim]) -> Path:
+    cards = {c.index: c for c in ctx.cards}
+    body = msgspec.json.encode(config_for(claims, cards, ctx.config.slices_per_card))
+    first = claims[0]
+    return await asyncio.to_thread(
+        write_sliced, ctx.config.pods_dir, first.pod_uid, first.container,
+        {LIMITS_FILE: body}, CACHE_DIR,
+    )
+
+
+async def realise(ctx: Context, claims: list[Claim]) -> list[Claim]:
+    """Write the slice files, then activate the claims; abandon them if the files fail."""
+    try:
+        await write_files(ctx, claims)
+    except WorkdirError as exc:
+        for claim in claims:
+            await writes.abandon(ctx, claim, f"writing the slice files failed: {exc}")
+        first = claims[0]
+        raise Refusal(Result.UNAVAILABLE, f"cannot write the slice files of Pod {first.namespace}/"
+                      f"{first.name} ({first.pod_uid}) container {first.container}: {exc}") from exc
+    active: list[Claim] = []
+    for claim in claims:
+        try:
+            active.append(await writes.activate(ctx, claim, None))
+        except (writes.Released, writes.Vanished) as exc:
+            for rest in claims[len(active):]:
+                await writes.abandon(ctx, rest, f"its Pod was declared gone ({exc})")
+            raise Refusal(Result.GONE, f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid}) "
+                          "was declared gone while its slice was being set up") from exc
+    return active

@@ -1,0 +1,133 @@
+"""The allocator's claim transitions, each one compare-and-set through `ClaimsStore.update` and
+then published on the audit stream. Nothing else in the allocator writes claims.
+
+    (none) -> creating     begin       before the driver is asked for anything (invariant 4)
+    creating -> active     activate    the instance exists; its identity is recorded
+    creating -> removed    abandon     this Allocate undoes its own never-activated claim
+    releasing -> removed   abandon     the same, when the Pod was declared gone meanwhile
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import time
+
+from partkeeper.claims import TransitionError, machine
+from partkeeper.drivers import Instance
+from partkeeper.telemetry.logs import decision
+from schemas import CardClaims, Claim, LiveInstance
+from services.allocator import events
+from services.allocator.catalog import Offer
+from services.allocator.context import Context
+from services.allocator.placement import Spot
+from services.allocator.podmatch import Target
+
+log = logging.getLogger(__name__)
+
+
+class Released(Exception):
+    """The claim was found `releasing` at activation: its Pod was declared gone meanwhile."""
+
+
+class Vanished(Exception):
+    """The claim is no longer in the store."""
+
+
+def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) -> Claim:
+    return Claim(
+        id=secrets.token_hex(8),
+        kind=offer.kind,
+        state="creating",
+        pod_uid=target.uid,
+        namespace=target.namespace,
+        name=target.name,
+        container=target.container,
+        resource=offer.resource,
+        device_ids=[token],
+        card=spot.card,
+        profile=offer.profile,
+        start=spot.start,
+        size=spot.size,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def begin(ctx: Context, claim: Claim) -> bool:
+    """Write `claim` as creating; False when its placement is no longer free in the store."""
+    try:
+        await ctx.store.update(claim.card, functools.partial(machine.begin, claim=claim))
+    except TransitionError as exc:
+        decision(log, f"placement lost to another writer: {exc}", pod_uid=claim.pod_uid,
+                 card=claim.card, claim_id=claim.id)
+        return False
+    decision(log, f"claimed {claim.profile} at {claim.start}+{claim.size} for {claim.container}",
+             pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="creating")
+    await events.claim_changed(ctx.js, ctx.node, claim, "creating")
+    return True
+
+
+def _activation(doc: CardClaims, claim_id: str, live: LiveInstance | None) -> CardClaims:
+    current = doc.claims.get(claim_id)
+    if current is None:
+        raise Vanished(f"claim {claim_id} is no longer on card {doc.card}")
+    if current.state == "releasing":
+        raise Released(current.release_reason or "released")
+    if current.state == "active":
+        return doc  # a retry raced us to it; nothing to write
+    now = time.time()
+    if live is None:
+        return machine.activate_slice(doc, claim_id, now)
+    return machine.activate(doc, claim_id, live, now)
+
+
+async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Claim:
+    """creating -> active. Raises Released or Vanished (nothing written then)."""
+    live = None
+    if instance is not None:
+        live = LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
+    doc, _ = await ctx.store.update(
+        claim.card, functools.partial(_activation, claim_id=claim.id, live=live)
+    )
+    active = doc.claims[claim.id]
+    decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
+             pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
+             instance=live.uuid if live else None)
+    await events.claim_changed(ctx.js, ctx.node, active, "active",
+                               instance_uuid=live.uuid if live else None)
+    return active
+
+
+def _abandonment(doc: CardClaims, claim_id: str) -> CardClaims:
+    if claim_id not in doc.claims:
+        return doc
+    return machine.remove(doc, claim_id, abandon=True)
+
+
+async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
+    """Remove a claim this Allocate wrote and never activated (no instance of it exists now)."""
+    await ctx.store.update(claim.card, functools.partial(_abandonment, claim_id=claim.id))
+    decision(log, f"abandoned claim: {reason}", pod_uid=claim.pod_uid, card=claim.card,
+             claim_id=claim.id, state="removed")
+    await events.claim_changed(ctx.js, ctx.node, claim, "removed", reason=reason)
+
+
+def _handover(doc: CardClaims, claim_id: str, live: LiveInstance, reason: str) -> CardClaims:
+    now = time.time()
+    doc = machine.record_instance(doc, claim_id, live, now)
+    return machine.release(doc, claim_id, reason, now)
+
+
+async def hand_over(ctx: Context, claim: Claim, instance: Instance, reason: str) -> None:
+    """Our undo could not destroy the instance: record it and release the claim, so the reclaimer
+    (who alone destroys outside an Allocate) finishes the job."""
+    live = LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
+    await ctx.store.update(
+        claim.card, functools.partial(_handover, claim_id=claim.id, live=live, reason=reason)
+    )
+    decision(log, f"left instance to the reclaimer: {reason}", pod_uid=claim.pod_uid,
+             card=claim.card, claim_id=claim.id, state="releasing", instance=instance.uuid)
+    await events.claim_changed(ctx.js, ctx.node, claim, "releasing",
+                               instance_uuid=instance.uuid, reason=reason)

@@ -1,0 +1,191 @@
+"""A whole node for the allocator's tests: sim cards, the simulated kubelet (a real gRPC peer on
+unix sockets), the table watcher and reclaimer, and the allocator itself via `serve`.
+
+Every wait is for a condition with a deadline; nothing sleeps and hopes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from allocator.allocator_peers import TableReclaimer, TableWatcher
+from nats.aio.client import Client
+
+from partkeeper.claims import ClaimsStore
+from partkeeper.config import Config
+from partkeeper.drivers import Instance
+from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper.kubelet import HEALTHY, deviceplugin_pb2, deviceplugin_pb2_grpc, open_unix_channel
+from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet, pod_manifest
+from schemas import Claim
+from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
+from services.allocator.main import serve
+from services.allocator.options import LookupPolicy, Options
+from services.allocator.registration import endpoint_name
+
+pb = deviceplugin_pb2
+DEADLINE = 15.0  # a bound on waiting, never an expectation of how long anything takes
+MIG = "nvidia.com/mig-"
+SLICED = "nvidia.com/gpu.sliced"
+
+FAST = Options(
+    room_wait_seconds=5.0,
+    kubelet_poll_seconds=0.05,
+    hardware_poll_seconds=0.05,
+    reclaim_timeout=5.0,
+    lookup=LookupPolicy(attempts=6, base=0.02, cap=0.2, timeout=2.0),
+)
+
+
+def new_uid() -> str:
+    return str(uuid.uuid4())
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
+                deadline: float = DEADLINE) -> None:
+    """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
+    end = time.monotonic() + deadline
+    while True:
+        result = check()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {deadline:g}s: {what}")
+        await asyncio.sleep(0.01)
+
+
+@dataclass
+class Node:
+    directory: Path
+    config: Config
+    driver: SimDriver
+    store: ClaimsStore
+    source: MemoryPodSource
+    kubelet: SimKubelet
+    watcher: TableWatcher
+    reclaimer: TableReclaimer
+    task: asyncio.Task[None]
+
+    # -- Pods ------------------------------------------------------------------------------
+
+    async def add_pod(self, name: str, containers: Mapping[str, Mapping[str, int]],
+                      *, uid: str | None = None) -> str:
+        """The watcher learns of the Pod, then kubelet gets it and admits it (Allocate)."""
+        uid = uid or new_uid()
+        await self.watcher.add(self.watcher.record(uid, name, {c: dict(r) for c, r in
+                                                               containers.items()}))
+        self.source.add(pod_manifest(name, uid, containers, node=self.config.node))
+        return uid
+
+    async def phase(self, uid: str, phase: str) -> None:
+        def reported() -> bool:
+            report = self.source.last_report(uid)
+            return report is not None and report.phase == phase
+
+        await until(reported, f"Pod {uid} reported {phase}; reports: {self.source.reports}")
+
+    def report(self, uid: str) -> str:
+        last = self.source.last_report(uid)
+        return f"{last.phase} {last.reason}: {last.message}" if last else "none"
+
+    # -- claims, hardware, tokens ----------------------------------------------------------
+
+    async def claims(self) -> list[Claim]:
+        docs = await self.store.read_all(self.reclaimer.cards)
+        return [c for card in sorted(docs) for c in docs[card][0].claims.values()]
+
+    async def claims_of(self, uid: str) -> list[Claim]:
+        return [c for c in await self.claims() if c.pod_uid == uid]
+
+    async def instances(self, card: int = 0) -> list[Instance]:
+        return await asyncio.to_thread(self.driver.instances, card)
+
+    def devices(self, resource: str) -> dict[str, str]:
+        return self.kubelet.devices(resource)
+
+    def healthy(self, resource: str) -> int:
+        return sum(1 for h in self.devices(resource).values() if h == HEALTHY)
+
+    async def wait_healthy(self, resource: str, count: int) -> None:
+        await until(lambda: self.healthy(resource) == count,
+                    f"{count} Healthy {resource} tokens (kubelet has {self.devices(resource)})")
+
+    # -- direct calls, as kubelet makes them -------------------------------------------------
+
+    async def allocate(self, resource: str, ids: list[str],
+                       timeout: float = 30.0) -> pb.ContainerAllocateResponse:
+        request = pb.AllocateRequest(container_requests=[
+            pb.ContainerAllocateRequest(devices_ids=ids)])
+        async with open_unix_channel(self.config.kubelet_dir / endpoint_name(resource)) as ch:
+            stub = deviceplugin_pb2_grpc.DevicePluginStub(ch)
+            reply = await stub.Allocate(request, timeout=timeout)
+        return reply.container_responses[0]
+
+
+@contextlib.asynccontextmanager
+async def node_stack(
+    nc: Client,
+    node: str,
+    *,
+    cards: tuple[str, ...] = ("H100-80GB",),
+    sliced: tuple[str, ...] = (),
+    options: Options = FAST,
+    slices_per_card: int = 4,
+    pod_resources: bool = True,
+) -> AsyncIterator[Node]:
+    """A node; `pod_resources=False` points the allocator at a socket that does not exist, for
+    tests that call Allocate themselves (kubelet would list the Pod it admits; these have none)."""
+    directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
+    state = directory / "sim.json"
+    init_state(state, list(cards), list(sliced))
+    driver = SimDriver(state)
+    podres = directory / ("pr.sock" if pod_resources else "absent.sock")
+    config = Config(node=node, kubelet_dir=directory / "dp",
+                    pod_resources_socket=podres, pods_dir=directory / "pods",
+                    driver="sim", sim_state=state, slices_per_card=slices_per_card)
+    js = nc.jetstream()
+    store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
+    source = MemoryPodSource()
+    kubelet = SimKubelet(config.kubelet_dir, source,
+                         pod_resources_socket=directory / "pr.sock")
+    watcher = await TableWatcher(nc, await js.key_value(BUCKET_PODS), node).start()
+    indexes = list(range(len(cards) + len(sliced)))
+    reclaimer = await TableReclaimer(nc, store, driver, node, indexes).start()
+    await kubelet.start()
+    ready = asyncio.Event()
+    task = asyncio.create_task(
+        serve(config, nc, ready=ready, options=_with_driver(options, driver)),
+        name="allocator under test",
+    )
+    stack = Node(directory, config, driver, store, source, kubelet, watcher, reclaimer, task)
+    try:
+        await until(lambda: ready.is_set() or task.done(), "the allocator is ready")
+        if task.done():
+            task.result()
+        await until(lambda: bool(kubelet.registrations) and all(
+            kubelet.devices(r.resource_name) for r in kubelet.registrations),
+            "kubelet received every resource's device list")
+        yield stack
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await kubelet.stop()
+        await watcher.stop()
+        await reclaimer.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _with_driver(options: Options, driver: SimDriver) -> Options:
+    from dataclasses import replace
+
+    return replace(options, driver=driver)

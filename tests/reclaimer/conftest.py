@@ -1,0 +1,82 @@
+"""Fixtures: a sim node (two A100-40GB cards), the stand-in watcher, the audit log, a reclaimer."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from reclaimer.reclaimer_harness import FAST, MODEL, AuditLog, FakeWatcher, Hands
+
+from partkeeper.claims import ClaimsStore
+from partkeeper.config import Config
+from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper.testing.natsserver import NatsServer
+from services.reclaimer.main import serve
+from services.reclaimer.tuning import Tuning
+
+StartReclaimer = Callable[..., Awaitable[asyncio.Task[None]]]
+
+
+@pytest.fixture
+def sim_state(tmp_path: Path) -> Path:
+    path = tmp_path / "sim.json"
+    init_state(path, [MODEL, MODEL], [])
+    return path
+
+
+@pytest.fixture
+def config(nats_server: NatsServer, node: str, sim_state: Path, tmp_path: Path) -> Config:
+    return Config(
+        nats_urls=(nats_server.url,), node=node, driver="sim", sim_state=sim_state,
+        pods_dir=tmp_path / "pods", resync_seconds=0.2, metrics_port=0,
+    )
+
+
+@pytest.fixture
+async def hands(js, config: Config, sim_state: Path) -> Hands:
+    store = ClaimsStore(await js.key_value("pk-claims"), config.node)
+    return Hands(js, store, SimDriver(sim_state), config.pods_dir, config.node)
+
+
+@pytest.fixture
+async def watcher(nc: Client, node: str) -> AsyncIterator[FakeWatcher]:
+    fake = await FakeWatcher().start(nc, node)
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def audit(nc: Client, node: str) -> AsyncIterator[AuditLog]:
+    log = await AuditLog().start(nc, node)
+    yield log
+    await log.stop()
+
+
+@pytest.fixture
+async def start_reclaimer(nc: Client, js, config: Config) -> AsyncIterator[StartReclaimer]:
+    """Start `serve` in this process (config fields may be overridden); stopped at the end."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(tuning: Tuning = FAST, **overrides: object) -> asyncio.Task[None]:
+        ready = asyncio.Event()
+        cfg = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
+        task = asyncio.create_task(serve(cfg, nc, ready=ready, tuning=tuning))
+        tasks.append(task)
+        waiter = asyncio.create_task(ready.wait())
+        done, _ = await asyncio.wait({task, waiter}, timeout=10,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        if task in done:
+            task.result()
+        assert ready.is_set(), "the reclaimer did not become ready"
+        return task
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

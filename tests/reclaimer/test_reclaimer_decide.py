@@ -1,0 +1,139 @@
+"""What to do with a claim, as a table and as properties: the pure heart of the reclaimer."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from partkeeper.drivers.base import Instance
+from schemas import CardClaims, Claim, LiveInstance
+from services.reclaimer.decide import DEAD, Sighting, Step, decide, sighting
+from tests_support import UID
+
+NOW = 10_000.0
+TIMEOUT = 60.0
+MINE = Instance(card=0, profile="1g.10gb", start=2, size=2, gi_id=3, ci_id=0, uuid="MIG-mine")
+LIVE = LiveInstance(gi_id=MINE.gi_id, ci_id=MINE.ci_id, uuid=MINE.uuid)
+
+
+def claim(state: str, *, recorded: bool = True, age: float = 600.0,
+          kind: str = "partition") -> Claim:
+    return Claim(
+        id="c1", kind=kind, state=state, pod_uid=UID, namespace="d", name="p", container="main",
+        resource="nvidia.com/mig-1g.10gb", device_ids=["t1"], card=0, profile="1g.10gb",
+        start=2, size=2, instance=LIVE if recorded and kind == "partition" else None,
+        created_at=NOW - age, updated_at=NOW - age,
+    )
+
+
+PRESENT = Sighting(listed=True, present=MINE)
+ABSENT = Sighting(listed=True, present=None)
+UNLISTED = Sighting(listed=False)
+
+TABLE = [
+    # claim, sighting, pod -> step
+    ("creating, Pod live", claim("creating", recorded=False), ABSENT, "live", Step.KEEP),
+    ("creating, Pod unknown", claim("creating", recorded=False), ABSENT, "unknown", Step.KEEP),
+    ("creating, watcher silent", claim("creating", recorded=False), PRESENT, "no-answer",
+     Step.KEEP),
+    ("creating, Pod gone", claim("creating", recorded=False), ABSENT, "gone", Step.RELEASE),
+    ("creating, Pod finished", claim("creating", recorded=False), PRESENT, "finished",
+     Step.RELEASE),
+    ("active, Pod live", claim("active"), PRESENT, "live", Step.KEEP),
+    ("active, Pod unknown", claim("active"), PRESENT, "unknown", Step.KEEP),
+    ("active, watcher silent", claim("active"), PRESENT, "no-answer", Step.KEEP),
+    ("active, live, unreadable card", claim("active"), UNLISTED, "live", Step.KEEP),
+    ("active, live, instance vanished", claim("active"), ABSENT, "live", Step.RELEASE),
+    ("active, silent, instance vanished", claim("active"), ABSENT, "no-answer", Step.RELEASE),
+    ("active, Pod gone", claim("active"), PRESENT, "gone", Step.RELEASE),
+    ("active, Pod finished, unreadable card", claim("active"), UNLISTED, "finished",
+     Step.RELEASE),
+    ("releasing, instance there", claim("releasing"), PRESENT, "no-answer", Step.DESTROY),
+    ("releasing, instance there, Pod live", claim("releasing"), PRESENT, "live", Step.DESTROY),
+    ("releasing, instance absent", claim("releasing"), ABSENT, "gone", Step.REMOVE),
+    ("releasing, unreadable card", claim("releasing"), UNLISTED, "gone", Step.WAIT),
+    ("releasing mid-create, young, created", claim("releasing", recorded=False, age=5),
+     PRESENT, "gone", Step.WAIT),
+    ("releasing mid-create, young, not yet", claim("releasing", recorded=False, age=5),
+     ABSENT, "gone", Step.WAIT),
+    ("releasing, never activated, old, left behind", claim("releasing", recorded=False),
+     PRESENT, "gone", Step.DESTROY),
+    ("releasing, never activated, old, none", claim("releasing", recorded=False), ABSENT,
+     "gone", Step.REMOVE),
+    ("releasing, never activated, old, unreadable", claim("releasing", recorded=False),
+     UNLISTED, "gone", Step.WAIT),
+    ("slice active, Pod gone", claim("active", kind="slice"), UNLISTED, "gone", Step.RELEASE),
+    ("slice active, Pod live", claim("active", kind="slice"), ABSENT, "live", Step.KEEP),
+    ("slice releasing", claim("releasing", kind="slice"), UNLISTED, "live", Step.REMOVE),
+    ("stored as removed", claim("removed"), PRESENT, "gone", Step.REFUSE),
+    ("unknown state", claim("exploded"), PRESENT, "gone", Step.REFUSE),
+]
+
+
+@pytest.mark.parametrize(("claim_", "seen", "pod", "step"), [row[1:] for row in TABLE],
+                         ids=[row[0] for row in TABLE])
+def test_decision_table(claim_: Claim, seen: Sighting, pod: str, step: Step) -> None:
+    chosen = decide(claim_, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+    assert chosen.step is step, chosen.why
+    assert chosen.why
+    if step is Step.DESTROY:
+        assert chosen.instance == seen.present
+    if step is Step.WAIT and claim_.instance is None and claim_.state == "releasing":
+        assert 0 < chosen.wait <= TIMEOUT or not seen.listed
+
+
+instances = st.builds(
+    Instance, card=st.just(0), profile=st.sampled_from(["1g.10gb", "2g.10gb"]),
+    start=st.sampled_from([0, 2, 4, 6]), size=st.just(2), gi_id=st.integers(1, 7),
+    ci_id=st.just(0), uuid=st.sampled_from(["MIG-mine", "MIG-other", "MIG-third"]),
+)
+claims = st.builds(
+    claim, st.sampled_from(["creating", "active", "releasing", "removed", "exploded"]),
+    recorded=st.booleans(), age=st.floats(0, 200), kind=st.sampled_from(["partition", "slice"]),
+)
+verdicts = st.sampled_from(["live", "finished", "gone", "unknown", "no-answer"])
+
+
+@given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts)
+def test_decisions_never_destroy_what_they_should_not(c: Claim, listing, pod: str) -> None:
+    doc = CardClaims(node="n", card=0, claims={c.id: c})
+    seen = sighting(doc, c.id, listing)
+    chosen = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+    assert chosen == decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+    if c.state not in ("creating", "active", "releasing"):
+        assert chosen.step is Step.REFUSE
+        return
+    if chosen.step is Step.DESTROY:
+        # Only a released claim, only on a successful enumeration, only its own instance.
+        assert c.state == "releasing" and listing is not None and chosen.instance in listing
+        if c.instance is not None:
+            assert (chosen.instance.uuid, chosen.instance.gi_id) == (c.instance.uuid,
+                                                                     c.instance.gi_id)
+        else:
+            assert (chosen.instance.profile, chosen.instance.start) == (c.profile, c.start)
+            assert NOW - c.created_at >= TIMEOUT
+    if chosen.step is Step.REMOVE and c.kind == "partition":
+        assert c.state == "releasing" and listing is not None and seen.present is None
+    if c.state != "releasing" and pod not in DEAD:
+        # A Pod not confirmed dead: its claim stands unless its instance is provably gone.
+        assert chosen.step in (Step.KEEP, Step.RELEASE)
+        if chosen.step is Step.RELEASE:
+            assert listing is not None and seen.present is None and c.instance is not None
+    if listing is None:
+        assert chosen.step not in (Step.DESTROY,) and (
+            chosen.step is not Step.REMOVE or c.kind == "slice")
+
+
+@given(c=claims, pod=verdicts)
+def test_a_claim_is_released_only_towards_removal(c: Claim, pod: str) -> None:
+    """Releasing is where every path ends up, and nothing but RELEASE leaves creating/active."""
+    released = msgspec.structs.replace(c, state="releasing")
+    for seen in (PRESENT, ABSENT, UNLISTED):
+        first = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+        if c.state in ("creating", "active"):
+            assert first.step in (Step.KEEP, Step.RELEASE)
+        after = decide(released, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+        if c.state in ("creating", "active", "releasing"):
+            assert after.step in (Step.WAIT, Step.DESTROY, Step.REMOVE)

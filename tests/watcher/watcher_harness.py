@@ -1,0 +1,88 @@
+"""Helpers of the watcher tests: the events a watcher published, waiting with deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from nats.aio.msg import Msg
+
+from schemas import PodEvent, decode
+from services.watcher.tuning import Tuning
+
+FAST = Tuning(
+    watch_timeout_seconds=5, request_timeout=(2.0, 5.0), retry_base=0.05, retry_cap=0.4
+)
+
+
+@dataclass
+class Published:
+    """Every Pod event on the node's subjects, in stream order, with its msg id."""
+
+    events: list[tuple[PodEvent, str]] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def on_msg(self, msg: Msg) -> None:
+        event = decode(msg.data, PodEvent, what="pod event")
+        async with self.changed:
+            self.events.append((event, (msg.headers or {}).get("Nats-Msg-Id", "")))
+            self.changed.notify_all()
+
+    def of(self, uid: str, kind: str | None = None) -> list[PodEvent]:
+        return [e for e, _ in self.events
+                if e.uid == uid and (kind is None or type(e).__name__ == kind)]
+
+    async def wait(
+        self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = ""
+    ) -> None:
+        async with self.changed:
+            try:
+                await asyncio.wait_for(self.changed.wait_for(predicate), timeout)
+            except TimeoutError:
+                kinds = [(type(e).__name__, e.uid[:8], e.resource_version) for e, _ in self.events]
+                raise AssertionError(f"timed out waiting for {what}; published: {kinds}") from None
+
+    async def wait_for(self, uid: str, kind: str, count: int = 1, timeout: float = 10.0) -> None:
+        await self.wait(lambda: len(self.of(uid, kind)) >= count, timeout,
+                        f"{count} {kind} of {uid}")
+
+
+@dataclass
+class RunningWatcher:
+    task: asyncio.Task[None]
+    ready: asyncio.Event
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        done, _ = await asyncio.wait({self.task}, timeout=5)
+        if not done:
+            for t in asyncio.all_tasks():
+                if not t.get_name().startswith("watcher"):
+                    continue
+                print("TASK", t.get_name())
+                c = t.get_coro()
+                while c is not None:
+                    f = getattr(c, "cr_frame", None) or getattr(c, "ag_frame", None)
+                    print("  ", getattr(c, "__qualname__", c), f and f.f_lineno, f and f.f_code.co_filename)
+                    c = getattr(c, "cr_await", None) or getattr(c, "ag_await", None)
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Re-check `predicate` until truthy; fail with `what` at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        await asyncio.sleep(0.02)
+
+
+def log_lines(caplog: pytest.LogCaptureFixture, fragment: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if fragment in r.getMessage()]
