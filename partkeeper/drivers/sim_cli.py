@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     latency.add_argument("--op", required=True, choices=("create", "destroy"))
     latency.add_argument("--ms", type=int, required=True, help="milliseconds (0 turns it off)")
 
+    # The simulated cluster lives with the simulator, not the driver; its module imports only the
+    # standard library until the subcommand runs.
+    from partkeeper.sim import cluster
+
+    cluster.register(ops)
+
 
 def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:

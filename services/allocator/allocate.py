@@ -18,7 +18,6 @@ import time
 from collections.abc import Sequence
 
 from partkeeper import faults
-from partkeeper.claims import StoreReadError
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
@@ -30,7 +29,7 @@ from services.allocator.context import Context
 from services.allocator.placement import Spot, place
 from services.allocator.podmatch import Target
 from services.allocator.refusal import Refusal, Result
-from services.allocator.snapshot import Snapshot, SnapshotError, read
+from services.allocator.snapshot import Snapshot, SnapshotError, read, read_claims
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +74,22 @@ class Allocator:
         self, offer: Offer, device_ids: Sequence[str]
     ) -> tuple[pb.ContainerAllocateResponse, str]:
         ids = _checked(offer, device_ids)
-        snap = await self._snapshot()
-        group = retry.existing(snap.claims, offer.resource, ids)
-        if group and await self._is_retry(group, snap):
+        # One decision at a time in this process, so two concurrent Allocates never pick the
+        # same container before either has written its claim (kubelet admits one at a time).
+        async with self._choosing:
+            claims = await self._claims()
+            group = retry.existing(claims, offer.resource, ids)
+            if not (group and await self._is_retry(group)):
+                group = []
+                target = self._serve(offer, await self._find(offer, len(ids), claims))
+        if group:
             return await self._resume(offer, group), "retry"
-        target = await self._choose(offer, len(ids))
         try:
             for attempt in range(1, PLAN_ATTEMPTS + 1):
-                claims = await self.reserve(offer, target, ids)
+                written = await self.reserve(offer, target, ids)
                 await faults.reach("allocator.after_claim")
                 try:
-                    active = await self._realise(offer, claims, resume=False)
+                    active = await self._realise(offer, written, resume=False)
                 except partitions.Displaced as exc:
                     if attempt == PLAN_ATTEMPTS:
                         raise Refusal(Result.UNAVAILABLE, f"the placement planned for {target} "
@@ -97,23 +101,24 @@ class Allocator:
             self._serving.discard((target.uid, target.container, offer.resource))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _choose(self, offer: Offer, quantity: int) -> Target:
-        """The container to serve; one choice at a time in this process, so two concurrent
-        Allocates never pick the same container before either has written its claim."""
-        async with self._choosing:
-            try:
-                docs = await self.ctx.store.read_all([c.index for c in self.ctx.cards])
-            except StoreReadError as exc:
-                raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
-            claimed = {(c.pod_uid, c.container) for doc, _ in docs.values()
-                       for c in doc.claims.values() if c.resource == offer.resource}
-            claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
-            try:
-                target = await podmatch.find(self.ctx, offer.resource, quantity, claimed)
-            except podmatch.LookupFailed as exc:
-                raise Refusal(Result.NO_POD, str(exc)) from exc
-            self._serving.add((target.uid, target.container, offer.resource))
-            return target
+    async def _claims(self) -> list[Claim]:
+        try:
+            docs, _ = await read_claims(self.ctx)
+        except SnapshotError as exc:
+            raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
+        return [c for card in sorted(docs) for c in docs[card].claims.values()]
+
+    async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
+        claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
+        claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
+        try:
+            return await podmatch.find(self.ctx, offer.resource, quantity, claimed)
+        except podmatch.LookupFailed as exc:
+            raise Refusal(Result.NO_POD, str(exc)) from exc
+
+    def _serve(self, offer: Offer, target: Target) -> Target:
+        self._serving.add((target.uid, target.container, offer.resource))
+        return target
 
     async def _snapshot(self) -> Snapshot:
         try:
@@ -121,11 +126,11 @@ class Allocator:
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
-    async def _is_retry(self, group: list[Claim], snap: Snapshot) -> bool:
+    async def _is_retry(self, group: list[Claim]) -> bool:
         """Same device IDs as a live claim: a retry, unless its Pod stopped and kubelet re-used
         the tokens (then the Pod is confirmed finished or gone)."""
         first = group[0]
-        if snap.is_dead(first.pod_uid):
+        if self.ctx.pods.dead(first.pod_uid):
             return False
         try:
             answer = await podmatch.pod_state(self.ctx, first.pod_uid, fresh=True)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -16,6 +19,8 @@ from services.allocator.changes import Changes
 from services.allocator.options import Options
 from services.allocator.podresources import PodResources
 from services.allocator.podview import PodView
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -34,6 +39,9 @@ class Context:
     # Serialises "plan, then write the creating claims" inside this process; across processes the
     # compare-and-set on each card's document does the same job.
     placing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # One driver call at a time from this process: NVML and the sim driver's file lock serialise
+    # anyway, and queueing here spares the threads the file lock's polling.
+    driving: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def node(self) -> str:
@@ -41,3 +49,16 @@ class Context:
 
     def card(self, index: int) -> Card:
         return next(c for c in self.cards if c.index == index)
+
+    async def hardware(self, call: Callable[..., T], *args: Any) -> T:
+        """Run a (blocking) driver call in a worker thread. A cancelled caller still waits for
+        the thread, which cannot be stopped, before letting the next call in."""
+        async with self.driving:
+            work = asyncio.create_task(asyncio.to_thread(call, *args), name="driver call")
+            try:
+                return await asyncio.shield(work)
+            except asyncio.CancelledError:
+                while not work.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([work])
+                raise

@@ -7,7 +7,6 @@ ever makes are here, in `undo`, of an instance this Allocate created and never a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from partkeeper import faults
@@ -31,7 +30,7 @@ async def adopt(ctx: Context, claim: Claim) -> Instance | None:
     and activate leaves behind. Raises Refusal when the card cannot be enumerated."""
     try:
         doc, _ = await ctx.store.read(claim.card)
-        instances = await asyncio.to_thread(ctx.driver.instances, claim.card)
+        instances = await ctx.hardware(ctx.driver.instances, claim.card)
     except Exception as exc:
         raise Refusal(Result.UNAVAILABLE, f"cannot finish claim {claim.id} of {_who(claim)}: "
                       f"reading card {claim.card} failed ({exc}); kubelet may retry") from exc
@@ -40,7 +39,7 @@ async def adopt(ctx: Context, claim: Claim) -> Instance | None:
 
 async def create(ctx: Context, claim: Claim) -> Instance:
     spec = InstanceSpec(claim.card, claim.profile, claim.start)
-    return await asyncio.to_thread(ctx.driver.create, spec)
+    return await ctx.hardware(ctx.driver.create, spec)
 
 
 async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) -> list[Claim]:
@@ -80,7 +79,7 @@ async def undo(
     """Destroy what this Allocate created and never activated; abandon those claims."""
     for claim, instance in made:
         try:
-            await asyncio.to_thread(ctx.driver.destroy, instance)
+            await ctx.hardware(ctx.driver.destroy, instance)
         except NotFoundError:
             pass
         except DriverError as exc:

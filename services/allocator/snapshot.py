@@ -52,20 +52,26 @@ async def read_instances(ctx: Context) -> dict[int, tuple[Instance, ...]]:
         return {card: tuple(ctx.driver.instances(card)) for card in partition_cards}
 
     try:
-        return await asyncio.to_thread(enumerate_all)
+        return await ctx.hardware(enumerate_all)
     except DriverError as exc:
         raise SnapshotError(f"enumerating the cards failed: {exc}") from exc
 
 
-async def read(ctx: Context) -> Snapshot:
+async def read_claims(ctx: Context) -> tuple[dict[int, CardClaims], dict[int, int]]:
+    """Every card's claims document and revision, read concurrently. Raises SnapshotError."""
     cards = [c.index for c in ctx.cards]
     try:
         read_docs = await asyncio.gather(*(ctx.store.read(card) for card in cards))
     except StoreReadError as exc:
         raise SnapshotError(f"reading the claims failed: {exc}") from exc
-    instances = await read_instances(ctx)
     docs = {card: doc for card, (doc, _) in zip(cards, read_docs, strict=True)}
     revisions = {card: rev for card, (_, rev) in zip(cards, read_docs, strict=True)}
+    return docs, revisions
+
+
+async def read(ctx: Context) -> Snapshot:
+    docs, revisions = await read_claims(ctx)
+    instances = await read_instances(ctx)
     uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
     return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead)

@@ -64,32 +64,39 @@ class Collector:
         self.reporter = reporter or Reporter()
         self._busy: dict[str, asyncio.Event] = {}
 
-    async def collect(self, uid: str) -> Outcome:
+    async def collect(self, uid: str, listing: workdir.PodListing | None = None) -> Outcome:
         """Collect what is the GC's of Pod `uid`, if the watcher and the allocator allow it.
 
-        Raises InvalidPodUID for a malformed UID before any path is built from it.
+        `listing` is a recent scan of the directory (the sweep has one) used to decide whether to
+        ask at all; the deletions are always planned on a fresh scan. Raises InvalidPodUID for a
+        malformed UID before any path is built from it.
         """
         uid = validate_pod_uid(uid)
         async with self._exclusive(uid):
             try:
-                return await self._collect(uid)
+                return await self._collect(uid, listing)
             except workdir.WorkdirError as exc:
                 logs.decision(log, "gc could not read or delete; will retry", pod_uid=uid,
                               error=str(exc))
                 metrics.GC_REFUSED.labels("error").inc()
                 return Outcome(uid, "defer", "unsafe", f"working directory error: {exc}")
 
-    async def _collect(self, uid: str) -> Outcome:
-        listing = await asyncio.to_thread(
-            workdir.scan_pod, self.root, uid, device_of=self.device_of
-        )
+    async def _scan(self, uid: str) -> workdir.PodListing:
+        return await asyncio.to_thread(workdir.scan_pod, self.root, uid, device_of=self.device_of)
+
+    async def _collect(self, uid: str, listing: workdir.PodListing | None) -> Outcome:
+        listing = listing or await self._scan(uid)
         plan = decide.candidates(listing)
         if plan.verdict == "collect":
             pod = await ask.pod_state(self.nc, self.node, uid)
             claims = None
-            if pod is not None and pod.state in ("gone", "finished"):
+            if decide.confirmed_done(pod):
                 claims = await ask.pod_claims(self.nc, self.node, uid)
             plan = decide.decide(listing, pod, claims)
+            if plan.verdict == "collect":
+                # The answers are final (gone and finished do not revert); the directory may
+                # have changed while we asked, so plan the deletions on what is there now.
+                plan = decide.decide(await self._scan(uid), pod, claims)
         self.reporter.unrecognised(uid, plan.report)
         if plan.verdict != "collect":
             return self._not_collected(uid, plan)

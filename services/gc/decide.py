@@ -46,6 +46,11 @@ class Plan:
     report: tuple[str, ...] = field(default=(), compare=False)  # unrecognised, left in place
 
 
+def confirmed_done(pod: PodsGetReply | None) -> bool:
+    """The watcher said gone or finished: only then is the claims question worth asking."""
+    return pod is not None and pod.state in _CONFIRMED_DONE
+
+
 def _unrecognised(listing: PodListing) -> tuple[str, ...]:
     uid = listing.uid
     found = [f"{uid}/{e.name} ({e.kind})" for e in listing.others]

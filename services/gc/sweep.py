@@ -48,26 +48,26 @@ async def sweep_once(collector: Collector, *, concurrency: int = CONCURRENCY) ->
     )
     collector.reporter.unrecognised(None, (f"{e.name} ({e.kind})" for e in scan.others))
     stats = SweepStats(directories=len(scan.pods))
-    uids: list[str] = []
+    work: list[workdir.PodListing] = []
     for listing in scan.pods:
         plan = decide.candidates(listing)
         collector.reporter.unrecognised(listing.uid, plan.report)
         if plan.verdict == "collect":
-            uids.append(listing.uid)
-    stats.candidates = len(uids)
-    pending = iter(uids)
+            work.append(listing)
+    stats.candidates = len(work)
+    pending = iter(work)
 
     async def worker() -> None:
-        for uid in pending:
+        for listing in pending:
             honour_cancel()
             if stats.verdicts["unanswered"]:
                 stats.skipped += 1
                 continue
-            outcome = await collector.collect(uid)
+            outcome = await collector.collect(listing.uid, listing)
             stats.verdicts["unanswered" if outcome.unanswered else outcome.verdict] += 1
 
     async with asyncio.TaskGroup() as group:
-        for n in range(min(concurrency, len(uids))):
+        for n in range(min(concurrency, len(work))):
             group.create_task(worker(), name=f"gc-sweep-worker-{n}")
     return stats
 
@@ -79,11 +79,11 @@ async def run(collector: Collector, period: float) -> None:
         honour_cancel()
         try:
             stats = await sweep_once(collector)
-        except (workdir.WorkdirError, OSError) as exc:
+        except Exception as exc:  # a failed sweep deleted nothing more; the next one retries
             failures += 1
             wait = max(period, backoff.delay(failures, base=period))
-            log.warning("gc sweep of %s failed (%s); next sweep in %.1fs",
-                        collector.root, exc, wait)
+            log.warning("gc sweep of %s failed (%s: %s); next sweep in %.1fs",
+                        collector.root, type(exc).__name__, exc, wait, exc_info=True)
             await asyncio.sleep(wait)
             continue
         failures = 0

@@ -43,7 +43,7 @@ class Queries:
             uid = validate_pod_uid(query.uid)
         except InvalidPodUID as exc:
             return answers.unknown(query.uid[:80], f"{exc}; nothing was looked up")
-        record = self.view.get(uid)
+        record = await self.view.settled(uid)
         if record is None:
             return await self._look_up_unknown(uid)
         if query.fresh and record.state != "gone":
@@ -94,5 +94,6 @@ class Queries:
                 log.warning("pods.pending asked for a fresh LIST, which failed (%s); answering "
                             "from the watcher's view at resourceVersion %s", exc,
                             self.view.resource_version)
-        chosen = answers.pending(self.view.records(), query.resource, query.quantity)
+        chosen = answers.pending(await self.view.settled_records(), query.resource,
+                                 query.quantity)
         return PendingPodsReply(pods=chosen, resource_version=self.view.resource_version)

@@ -31,6 +31,18 @@ log = logging.getLogger(__name__)
 MAX_CONFLICTS = 8
 
 
+def honour_cancellation() -> None:
+    """Raise CancelledError if this task was cancelled while in a NATS call.
+
+    nats-py's client swallows a CancelledError that lands in its flush, so a cancelled task can
+    return from a publish as if nothing happened and then wait for ever; checking the task's
+    pending cancellation after each NATS effect restores it.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class ViewError(Exception):
     """The view could not be read or an effect could not be made durable (NATS trouble)."""
 
@@ -59,6 +71,7 @@ class PodView:
             found = await entries(self.kv, f"{prefix}*")
         except Exception as exc:
             raise ViewError(f"reading the pk-pods view of node {self.node} failed: {exc}") from exc
+        honour_cancellation()
         self._stored = {}
         for key, entry in found.items():
             try:
@@ -88,6 +101,16 @@ class PodView:
         stored = self._stored.get(uid)
         return stored.record if stored else None
 
+    async def settled(self, uid: str) -> PodRecord | None:
+        """The record once no observation is half applied: an event already published is
+        reflected, so a consumer that saw an event and then asks is never answered older."""
+        async with self._lock:
+            return self.get(uid)
+
+    async def settled_records(self) -> list[PodRecord]:
+        async with self._lock:
+            return self.records()
+
     def records(self) -> list[PodRecord]:
         return [s.record for s in self._stored.values() if s.record is not None]
 
@@ -111,7 +134,9 @@ class PodView:
                 decision = decide(self.node, current, observation, self.clock())
                 if decision.record is None:
                     return decision
-                if await self._commit(uid, decision, stored.revision if stored else 0):
+                committed = await self._commit(uid, decision, stored.revision if stored else 0)
+                honour_cancellation()
+                if committed:
                     _log_decision(decision)
                     return decision
                 await self._reload(uid)
@@ -172,6 +197,7 @@ class PodView:
                     continue
                 except Exception as exc:
                     raise ViewError(f"pruning tombstone of Pod {uid} failed: {exc}") from exc
+                honour_cancellation()
                 del self._stored[uid]
                 removed += 1
         return removed

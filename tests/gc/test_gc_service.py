@@ -62,11 +62,14 @@ async def test_a_live_pod_keeps_everything_through_any_events_and_sweeps(
 
 
 async def test_a_burst_of_admissions_before_their_first_sighting_survives(
-    js: JetStreamContext, node: str, root: Path, new_uid: Callable[[], str],
+    js: JetStreamContext, node: str, root: Path, tmp_path: Path, new_uid: Callable[[], str],
     watcher: FakeWatcher, allocator: FakeAllocator, start_gc: StartGc,
 ) -> None:
-    await start_gc()
     burst = [new_uid() for _ in range(24)]
+    reference = tmp_path / "reference"  # what each Pod directory must still hold at the end
+    for u in burst:
+        build_pod(reference, u)
+    await start_gc()
     finished = new_uid()
     # The allocator writes while the GC sweeps; the watcher has not seen these Pods yet.
     await asyncio.gather(*(asyncio.to_thread(build_pod, root, u) for u in [*burst, finished]))
@@ -75,15 +78,14 @@ async def test_a_burst_of_admissions_before_their_first_sighting_survives(
         await announce(js, node, "PodSeen", u)
     await announce(js, node, "PodFinished", finished)
     await until(lambda: not (root / finished / "c-main" / "sliced").exists(), "finished collected")
-    before = snapshot(root)
     for u in burst:
         await watcher.asked.wait(u, 3)
-    assert snapshot(root) == before
+        assert snapshot(root / u) == snapshot(reference / u)
     for u in burst:  # now sighted: live
         watcher.states[u] = "live"
     for u in burst:
         await watcher.asked.wait(u, 5)
-    assert snapshot(root) == before
+        assert snapshot(root / u) == snapshot(reference / u)
     assert set(allocator.asked.counts) == {finished}
 
 

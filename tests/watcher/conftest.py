@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from watcher.watcher_harness import FAST, Published, RunningWatcher
+from watcher.watcher_harness import FAST, Published, RunningWatcher, until
 
 from partkeeper.config import Config
 from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
@@ -49,9 +49,10 @@ async def published(js: JetStreamContext, node: str) -> AsyncIterator[Published]
 
 @pytest.fixture
 async def start_watcher(
-    nc: Client, js: JetStreamContext, config: Config
+    nc: Client, js: JetStreamContext, config: Config, apiserver: ApiServerThread
 ) -> AsyncIterator[Callable[..., Any]]:
-    """Start the watcher in-process (as the embedded stack does); all are stopped at the end."""
+    """Start the watcher in-process (as the embedded stack does) and wait until it is ready and
+    its watch is open (so a test that stalls the watch stalls it); all are stopped at the end."""
     running: list[RunningWatcher] = []
 
     async def start(*, wait_ready: bool = True, tuning: Tuning = FAST) -> RunningWatcher:
@@ -68,6 +69,7 @@ async def start_watcher(
             if task in done:
                 task.result()
             assert ready.is_set(), "the watcher did not become ready within 15s"
+            await until(lambda: apiserver.open_watches() > 0, 10, "the watcher's watch")
         return watcher
 
     yield start

@@ -127,6 +127,7 @@ class WatchHub:
         """
         loop = asyncio.get_running_loop()
         kind = kinds.KINDS[stream.resource]
+        await self._flowing.wait()
         for event_type, obj in stream.initial:
             await write(event_line(event_type, convert(obj)))
         next_bookmark = loop.time() + bookmark_every if bookmark_every else None
