@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from partkeeper.bus import ensure_topology, serve
@@ -96,10 +97,8 @@ async def run(calls: int, warmup: int, where: str) -> list[float]:
     try:
         js = nc.jetstream()
         await ensure_topology(js)
-        state = directory / "sim.json"
-        init_state(state, ["H100-80GB"], [])
-        driver = Serialised(SimDriver(state))
-        pods_kv = await js.key_value(BUCKET_PODS)
+        init_state(directory / "sim.json", ["H100-80GB"], [])
+        driver = Serialised(SimDriver(directory / "sim.json"))
         pending: list[PodRecord] = []
 
         async def answer(query: PendingPodsQuery) -> PendingPodsReply:
@@ -110,32 +109,14 @@ async def run(calls: int, warmup: int, where: str) -> list[float]:
                                                   PendingPodsQuery, answer)])
         config = Config(node=NODE, kubelet_dir=directory / "dp", pods_dir=directory / "pods",
                         pod_resources_socket=directory / "absent.sock", driver="sim",
-                        sim_state=state)
+                        sim_state=directory / "sim.json")
         ready = asyncio.Event()
         options = Options(driver=driver)  # type: ignore[arg-type]
         tasks.append(asyncio.create_task(serve_allocator(config, nc, ready=ready, options=options)))
         await asyncio.wait_for(ready.wait(), 30)
-        store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), NODE)
-        capacity_kv = await js.key_value(BUCKET_CAPACITY)
-        samples: list[float] = []
-        async with open_unix_channel(config.kubelet_dir / endpoint_name(RESOURCE)) as channel:
-            stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)
-            for i in range(warmup + calls):
-                record = _pod(i)
-                await pods_kv.put(pods_key(NODE, record.uid), encode(record))
-                pending[:] = [record]
-                request = pb.AllocateRequest(
-                    container_requests=[pb.ContainerAllocateRequest(devices_ids=[TOKEN])])
-                started = time.perf_counter()
-                await stub.Allocate(request, timeout=30)
-                elapsed = time.perf_counter() - started
-                if i >= warmup:
-                    samples.append(elapsed)
-                pending.clear()
-                await _reclaim(store, driver)
-                await _advertised(capacity_kv)
+        samples = await _measure(js, config, driver, pending, warmup + calls)
         await watcher.stop()
-        return samples
+        return samples[warmup:]
     finally:
         for task in tasks:
             task.cancel()
@@ -144,6 +125,31 @@ async def run(calls: int, warmup: int, where: str) -> list[float]:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(server.store_dir, ignore_errors=True)
+
+
+async def _measure(
+    js: JetStreamContext, config: Config, driver: Serialised, pending: list[PodRecord], n: int
+) -> list[float]:
+    """`n` timed Allocates, each for a fresh pending Pod, with an untimed reclaim in between."""
+    pods_kv = await js.key_value(BUCKET_PODS)
+    store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), NODE)
+    capacity_kv = await js.key_value(BUCKET_CAPACITY)
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=[TOKEN])])
+    samples: list[float] = []
+    async with open_unix_channel(config.kubelet_dir / endpoint_name(RESOURCE)) as channel:
+        stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)
+        for i in range(n):
+            record = _pod(i)
+            await pods_kv.put(pods_key(NODE, record.uid), encode(record))
+            pending[:] = [record]
+            started = time.perf_counter()
+            await stub.Allocate(request, timeout=30)
+            samples.append(time.perf_counter() - started)
+            pending.clear()
+            await _reclaim(store, driver)
+            await _advertised(capacity_kv)
+    return samples
 
 
 async def _advertised(kv: KeyValue) -> None:

@@ -1,4 +1,4 @@
-"""GC sweep: `python -m bench.gc_sweep [--pods 10000] [--live 9000] [--concurrency 32]`.
+"""GC sweep: `python -m bench.gc_sweep [--pods 10000] [--live 9000] [--concurrency 64]`.
 
 A real nats-server; a pods root with `--pods` Pod directories, each holding a partition descriptor
 and an owned logical-slice tree (the worst case: every directory has something the GC could
@@ -30,7 +30,7 @@ from partkeeper.stack.natsserver import NatsServer
 from schemas import ClaimsQuery, ClaimsReply, PodsGet, PodsGetReply
 from schemas.names import claims_query_subject, pods_get_subject
 from services.gc.collect import Collector
-from services.gc.sweep import SweepStats, sweep_once
+from services.gc.sweep import CONCURRENCY, SweepStats, sweep_once
 
 
 def populate(root: Path, uids: list[str]) -> None:
@@ -101,7 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--live", type=int, default=9_000)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
     args = parser.parse_args()
     top = Path(tempfile.mkdtemp(prefix="pk-bench-gc-"))
     try:

@@ -48,6 +48,8 @@ class Allocator:
     ) -> pb.ContainerAllocateResponse:
         started = time.perf_counter()
         label = "error"
+        self.ctx.allocating += 1
+        self.ctx.idle.clear()
         try:
             response, label = await self._allocate(offer, device_ids)
             return response
@@ -60,6 +62,9 @@ class Allocator:
             label = "cancelled"
             raise
         finally:
+            self.ctx.allocating -= 1
+            if not self.ctx.allocating:
+                self.ctx.idle.set()
             metrics.ALLOCATIONS.labels(offer.resource, label).inc()
             metrics.ALLOCATE_SECONDS.labels(offer.resource).observe(time.perf_counter() - started)
             self.ctx.changes.touch()
@@ -145,7 +150,7 @@ class Allocator:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self.ctx.options.room_wait_seconds
-        attempt = 0
+        attempt = made_at = 0
         while True:
             change = self.ctx.changes.next_change()
             async with self.ctx.placing:
@@ -158,8 +163,11 @@ class Allocator:
                         return claims
             attempt += 1
             remaining = deadline - loop.time()
-            if spots is None and remaining > 0 and await self._make_room(offer, ids, snap,
-                                                                        attempt, remaining):
+            # Plan again at once after room was made, but not twice in a row: a reclaimer that
+            # says "destroyed" while the room stays taken must not be asked in a tight loop.
+            if spots is None and remaining > 0 and made_at != attempt - 1 and \
+                    await self._make_room(offer, ids, snap, attempt, remaining):
+                made_at = attempt
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0:

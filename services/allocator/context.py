@@ -42,6 +42,9 @@ class Context:
     # One driver call at a time from this process: NVML and the sim driver's file lock serialise
     # anyway, and queueing here spares the threads the file lock's polling.
     driving: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Allocates in flight; the recompute defers (briefly) to them, see recompute.DEFER.
+    allocating: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def node(self) -> str:

@@ -10,8 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.client import Client
+from nats.js.kv import KeyValue
+from nats.micro.service import Service
 
 from partkeeper import runtime
 from partkeeper.bus import backoff
@@ -33,6 +38,21 @@ from services.allocator.registration import PluginServer, Registrar
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Parts:
+    ctx: Context
+    claims_kv: KeyValue
+    allocator: Allocator
+    servers: list[PluginServer]
+    registrar: Registrar
+    recompute: Recompute
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    service: Service | None = None
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        self.tasks.append(asyncio.create_task(work, name=name))
+
+
 async def serve(
     config: Config,
     nc: Client,
@@ -42,7 +62,18 @@ async def serve(
 ) -> None:
     """Run the allocator until cancelled. `ready` is set once the plugin sockets serve (with
     correct health) and registration with kubelet has started."""
-    options = options or Options()
+    parts = await _build(config, nc, options or Options())
+    try:
+        await _start(parts)
+        log.info("allocator ready on node %s: %s", config.node, ", ".join(parts.ctx.offers))
+        if ready is not None:
+            ready.set()
+        await asyncio.gather(*parts.tasks)
+    finally:
+        await _stop(parts)
+
+
+async def _build(config: Config, nc: Client, options: Options) -> Parts:
     driver = options.driver or await asyncio.to_thread(open_driver, config)
     cards = await _cards(driver)
     js = nc.jetstream()
@@ -61,40 +92,41 @@ async def serve(
     boards = {resource: Board(offer.tokens) for resource, offer in ctx.offers.items()}
     servers = [PluginServer(config.kubelet_dir, offer, boards[resource], allocator)
                for resource, offer in ctx.offers.items()]
-    registrar = Registrar(config.kubelet_dir, servers, options.kubelet_poll_seconds)
-    recompute = Recompute(ctx, boards, await js.key_value(BUCKET_CAPACITY))
-    tasks: list[asyncio.Task[None]] = []
-    service = None
-    try:
-        loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        tasks.append(asyncio.create_task(ctx.pods.run(loaded), name="allocator pod view"))
-        tasks.append(asyncio.create_task(watch_claims(ctx, claims_kv, claims_seen),
-                                         name="allocator claims watch"))
-        await loaded.wait()
-        await claims_seen.wait()
-        service = await claims_service.start(nc, config.node, ctx.store,
-                                             [c.index for c in cards])
-        tasks.append(asyncio.create_task(recompute.run(computed), name="allocator recompute"))
-        changes.touch()
-        await computed.wait()
-        for server in servers:
-            await server.start()
-        tasks.append(asyncio.create_task(registrar.run(), name="allocator registration"))
-        tasks.append(asyncio.create_task(poll_hardware(ctx), name="allocator hardware poll"))
-        log.info("allocator ready on node %s: %s", config.node, ", ".join(ctx.offers))
-        if ready is not None:
-            ready.set()
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await registrar.stop()
-        if service is not None:
-            with contextlib.suppress(Exception):
-                await service.stop()
-        await allocator.close()
-        await ctx.podres.close()
+    return Parts(
+        ctx=ctx, claims_kv=claims_kv, allocator=allocator, servers=servers,
+        registrar=Registrar(config.kubelet_dir, servers, options.kubelet_poll_seconds),
+        recompute=Recompute(ctx, boards, await js.key_value(BUCKET_CAPACITY)),
+    )
+
+
+async def _start(parts: Parts) -> None:
+    ctx = parts.ctx
+    loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    parts.spawn(ctx.pods.run(loaded), "allocator pod view")
+    parts.spawn(watch_claims(ctx, parts.claims_kv, claims_seen), "allocator claims watch")
+    await loaded.wait()
+    await claims_seen.wait()
+    parts.service = await claims_service.start(ctx.nc, ctx.node, ctx.store,
+                                               [c.index for c in ctx.cards])
+    parts.spawn(parts.recompute.run(computed), "allocator recompute")
+    ctx.changes.touch()
+    await computed.wait()
+    for server in parts.servers:
+        await server.start()
+    parts.spawn(parts.registrar.run(), "allocator registration")
+    parts.spawn(poll_hardware(ctx), "allocator hardware poll")
+
+
+async def _stop(parts: Parts) -> None:
+    for task in parts.tasks:
+        task.cancel()
+    await asyncio.gather(*parts.tasks, return_exceptions=True)
+    await parts.registrar.stop()
+    if parts.service is not None:
+        with contextlib.suppress(Exception):
+            await parts.service.stop()
+    await parts.allocator.close()
+    await parts.ctx.podres.close()
 
 
 async def _cards(driver: Driver) -> tuple[Card, ...]:

@@ -12,12 +12,14 @@ import logging
 from partkeeper import faults
 from partkeeper.claims import inventory
 from partkeeper.drivers import DriverError, Instance, InstanceSpec, NotFoundError, PlacementError
+from partkeeper.telemetry import tracing
 from schemas import Claim
 from services.allocator import writes
 from services.allocator.context import Context
 from services.allocator.refusal import Refusal, Result
 
 log = logging.getLogger(__name__)
+_tracer = tracing.tracer(__name__)
 
 
 class Displaced(Exception):
@@ -39,7 +41,9 @@ async def adopt(ctx: Context, claim: Claim) -> Instance | None:
 
 async def create(ctx: Context, claim: Claim) -> Instance:
     spec = InstanceSpec(claim.card, claim.profile, claim.start)
-    return await ctx.hardware(ctx.driver.create, spec)
+    attributes = {"pk.card": claim.card, "pk.claim_id": claim.id, "pk.profile": claim.profile}
+    with _tracer.start_as_current_span("create", attributes=attributes):
+        return await ctx.hardware(ctx.driver.create, spec)
 
 
 async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) -> list[Claim]:
@@ -83,7 +87,7 @@ async def undo(
         except NotFoundError:
             pass
         except DriverError as exc:
-            await writes.hand_over(ctx, claim, instance, f"{reason}; undo failed: {exc}")
+            await writes.leave(ctx, claim, instance, f"{reason}; undo failed: {exc}")
             continue
         await writes.abandon(ctx, claim, reason)
     for claim in unmade:

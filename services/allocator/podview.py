@@ -50,13 +50,15 @@ class PodView:
         while True:
             try:
                 await self._follow(loaded)
+                problem = "the watch ended"
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                attempt += 1
-                wait = backoff.delay(attempt, cap=5.0)
-                log.warning("watching pk-pods failed (%s); again in %.1fs", exc, wait)
-                await asyncio.sleep(wait)
+                problem = str(exc)
+            attempt += 1
+            wait = backoff.delay(attempt, cap=5.0)
+            log.warning("watching pk-pods: %s; again in %.1fs", problem, wait)
+            await asyncio.sleep(wait)
 
     async def _follow(self, loaded: asyncio.Event) -> None:
         watcher = await self.kv.watch(f"{self.prefix}*")

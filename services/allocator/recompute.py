@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # At most one pass per PACE seconds: an Allocate alone changes the claims four times, and a pass
 # per change would spend the event loop on lists kubelet reads once. Well inside the 100 ms bound.
 PACE = 0.02
+# A pass waits up to DEFER seconds for the Allocates in flight to finish: they are on kubelet's
+# critical path and the pass would only compete with them; every Allocate touches when it ends.
+DEFER = 0.05
 
 
 class Recompute:
@@ -44,6 +47,9 @@ class Recompute:
         loop = asyncio.get_running_loop()
         while True:
             await self.ctx.changes.pending()
+            if self.ctx.allocating:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.ctx.idle.wait(), DEFER)
             started = loop.time()
             if await self.once():
                 first.set()
@@ -102,14 +108,16 @@ async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None
                     ctx.changes.touch()
             finally:
                 await watcher.stop()
+            problem = "the watch ended"
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            attempt += 1
-            wait = backoff.delay(attempt, cap=5.0)
-            log.warning("watching pk-claims failed (%s); again in %.1fs", exc, wait)
-            await asyncio.sleep(wait)
-            ctx.changes.touch()
+            problem = str(exc)
+        attempt += 1
+        wait = backoff.delay(attempt, cap=5.0)
+        log.warning("watching pk-claims: %s; again in %.1fs", problem, wait)
+        await asyncio.sleep(wait)
+        ctx.changes.touch()
 
 
 async def poll_hardware(ctx: Context) -> None:

@@ -5,6 +5,8 @@ then published on the audit stream. Nothing else in the allocator writes claims.
     creating -> active     activate    the instance exists; its identity is recorded
     creating -> removed    abandon     this Allocate undoes its own never-activated claim
     releasing -> removed   abandon     the same, when the Pod was declared gone meanwhile
+    (releasing)            leave       the undo's destroy failed: the instance is recorded and
+                                       the reclaimer finishes the job
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 
 from partkeeper.claims import TransitionError, machine
 from partkeeper.drivers import Instance
+from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim, LiveInstance
 from services.allocator import events
@@ -25,6 +28,7 @@ from services.allocator.placement import Spot
 from services.allocator.podmatch import Target
 
 log = logging.getLogger(__name__)
+_tracer = tracing.tracer(__name__)
 
 
 class Released(Exception):
@@ -58,7 +62,8 @@ def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) 
 async def begin(ctx: Context, claim: Claim) -> bool:
     """Write `claim` as creating; False when its placement is no longer free in the store."""
     try:
-        await ctx.store.update(claim.card, functools.partial(machine.begin, claim=claim))
+        with _tracer.start_as_current_span("claim", attributes=_span(claim)):
+            await ctx.store.update(claim.card, functools.partial(machine.begin, claim=claim))
     except TransitionError as exc:
         decision(log, f"placement lost to another writer: {exc}", pod_uid=claim.pod_uid,
                  card=claim.card, claim_id=claim.id)
@@ -114,20 +119,24 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
     await events.claim_changed(ctx.js, ctx.node, claim, "removed", reason=reason)
 
 
-def _handover(doc: CardClaims, claim_id: str, live: LiveInstance, reason: str) -> CardClaims:
-    now = time.time()
-    doc = machine.record_instance(doc, claim_id, live, now)
-    return machine.release(doc, claim_id, reason, now)
+def _leaving(doc: CardClaims, claim_id: str, live: LiveInstance) -> CardClaims:
+    current = doc.claims.get(claim_id)
+    if current is None or current.state != "releasing" or current.instance is not None:
+        return doc
+    return machine.record_instance(doc, claim_id, live, time.time())
 
 
-async def hand_over(ctx: Context, claim: Claim, instance: Instance, reason: str) -> None:
-    """Our undo could not destroy the instance: record it and release the claim, so the reclaimer
-    (who alone destroys outside an Allocate) finishes the job."""
+async def leave(ctx: Context, claim: Claim, instance: Instance, reason: str) -> None:
+    """Our undo could not destroy the instance: leave it to the reclaimer, who alone destroys
+    outside an Allocate. A claim already `releasing` gets the identity recorded so it can act at
+    once; a `creating` one stays as it is, for kubelet's retry to adopt or, once its Pod is
+    declared finished or gone, for the reclaimer to destroy at its spec."""
     live = LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
-    await ctx.store.update(
-        claim.card, functools.partial(_handover, claim_id=claim.id, live=live, reason=reason)
-    )
+    await ctx.store.update(claim.card, functools.partial(_leaving, claim_id=claim.id, live=live))
     decision(log, f"left instance to the reclaimer: {reason}", pod_uid=claim.pod_uid,
-             card=claim.card, claim_id=claim.id, state="releasing", instance=instance.uuid)
-    await events.claim_changed(ctx.js, ctx.node, claim, "releasing",
-                               instance_uuid=instance.uuid, reason=reason)
+             card=claim.card, claim_id=claim.id, instance=instance.uuid)
+
+
+def _span(claim: Claim) -> dict[str, str | int]:
+    return {"pk.pod_uid": claim.pod_uid, "pk.card": claim.card, "pk.claim_id": claim.id,
+            "pk.profile": claim.profile, "pk.start": claim.start}

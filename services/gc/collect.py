@@ -112,8 +112,11 @@ class Collector:
         if plan.verdict in ("defer", "refuse"):
             metrics.GC_REFUSED.labels(plan.code).inc()
             after = "will ask again later" if plan.verdict == "defer" else "left in place"
-            logs.decision(log, f"gc deletes nothing: {plan.reason}; {after}", pod_uid=uid,
-                          verdict=plan.verdict, code=plan.code)
+            message = f"gc deletes nothing: {plan.reason}; {after}"
+            if plan.code in ("live", "unknown"):  # what every sweep hears: counted, not logged
+                log.debug(message, extra={"pod_uid": uid, "code": plan.code})
+            else:
+                logs.decision(log, message, pod_uid=uid, verdict=plan.verdict, code=plan.code)
         return Outcome(uid, plan.verdict, plan.code, plan.reason)
 
     async def _execute(self, uid: str, plan: Plan) -> tuple[list[str], list[tuple[str, str]]]:

@@ -20,7 +20,7 @@ from services.gc.collect import Collector
 
 log = logging.getLogger(__name__)
 
-CONCURRENCY = 32
+CONCURRENCY = 64
 
 
 def honour_cancel() -> None:

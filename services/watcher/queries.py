@@ -73,7 +73,8 @@ class Queries:
         except KubeError as exc:
             return answers.known(record, f"not confirmed: {exc}")
         readings = observe.from_get(record, answer, node=self.kube.node, resources=self.resources)
-        for skipped in readings.skipped:
+        if readings.skipped:
+            skipped = readings.skipped[0]
             log.warning("GET for Pod %s returned %s; not confirmed, nothing changes", record.uid,
                         skipped, extra={"pod_uid": record.uid})
             return answers.known(record, f"not confirmed: the GET returned {skipped}")

@@ -29,7 +29,7 @@ class Ended:
 Item = dict[str, Any] | None | Ended
 
 
-class WatchSession:
+class WatchRequest:
     def __init__(
         self,
         kube: Kube,
@@ -50,7 +50,7 @@ class WatchSession:
             target=self._run, name=f"pk-watch-from-{resource_version}", daemon=True
         )
 
-    def start(self) -> WatchSession:
+    def start(self) -> WatchRequest:
         self._thread.start()
         return self
 

@@ -23,7 +23,7 @@ from services.watcher import observe
 from services.watcher.kube import Expired, Kube, KubeError, MalformedStream, as_kube_error
 from services.watcher.observe import Listing, Readings
 from services.watcher.pods import Resources, object_rv
-from services.watcher.stream import Ended, WatchSession
+from services.watcher.stream import Ended, WatchRequest
 from services.watcher.tuning import Tuning
 from services.watcher.view import PodView, ViewError
 
@@ -36,41 +36,42 @@ class Sync:
         self.view = view
         self.resources = resources
         self.tuning = tuning
-        self.failures = 0  # consecutive failed attempts, for the backoff and for tests
-        self._session: WatchSession | None = None
+        self.failures = 0  # consecutive failed attempts, for the backoff
+        # The version the next watch resumes from; None: LIST first.
+        self.resume_from: str | None = None
+        self._watch: WatchRequest | None = None
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """LIST and WATCH until cancelled; `ready` is set after the first LIST is applied."""
-        rv: str | None = None
         while True:
             try:
-                if rv is None:
-                    rv = await self.relist()
+                if self.resume_from is None:
+                    self.resume_from = await self.relist()
                     if ready is not None:
                         ready.set()
-                rv, healthy = await self._watch_once(rv)
-                if healthy:
+                if await self._watch_once(self.resume_from):
                     self.failures = 0
                 else:
-                    await self._back_off(f"the watch from resourceVersion {rv} ended at once")
+                    await self._back_off(f"the watch from resourceVersion {self.resume_from} "
+                                         "ended at once")
             except Expired as exc:
-                log.warning("%s; listing again (the LIST observes what the lost history held)",
-                            exc)
-                rv = None
+                self.resume_from = None
+                await self._back_off(f"{exc}; listing again (the LIST observes what the lost "
+                                     "history held)")
             except MalformedStream as exc:
                 await self._back_off(f"skipped the rest of a watch: {exc}; it changes nothing, "
-                                     f"resuming from resourceVersion {rv}")
+                                     f"resuming from resourceVersion {self.resume_from}")
             except KubeError as exc:
                 await self._back_off(
                     f"API server unreachable or failing ({exc}); no Pod is declared gone meanwhile"
                 )
             except ViewError as exc:
-                rv = None
+                self.resume_from = None
                 await self._back_off(f"{exc}; will LIST again")
 
     def stop(self) -> None:
-        if self._session is not None:
-            self._session.stop()
+        if self._watch is not None:
+            self._watch.stop()
 
     async def _back_off(self, why: str) -> None:
         self.failures += 1
@@ -107,44 +108,41 @@ class Sync:
         for observation in readings.observations:
             await self.view.apply(observation)
 
-    async def _watch_once(self, rv: str) -> tuple[str, bool]:
-        """One watch request from `rv`; returns the version reached and whether it was healthy
-        (it delivered something, or lasted most of its timeout)."""
+    async def _watch_once(self, rv: str) -> bool:
+        """One watch request from `rv`, moving `resume_from` along; returns whether it was
+        healthy (it delivered something, or lasted most of its timeout)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        session = WatchSession(self.kube, rv, timeout_seconds=self.tuning.watch_timeout_seconds,
-                               read_slack=self.tuning.request_timeout[1])
-        self._session = session.start()
+        watch = WatchRequest(self.kube, rv, timeout_seconds=self.tuning.watch_timeout_seconds,
+                             read_slack=self.tuning.request_timeout[1])
+        self._watch = watch.start()
         delivered = False
         try:
             while True:
-                item = await session.queue.get()
+                item = await watch.queue.get()
                 if isinstance(item, Ended):
                     if item.error is not None:
                         raise as_kube_error(item.error, f"watch from resourceVersion {rv}")
-                    lasted = loop.time() - started
-                    return rv, delivered or lasted >= self.tuning.watch_timeout_seconds / 2
+                    return delivered or loop.time() - started >= watch.timeout_seconds / 2
                 delivered = True
                 if self.failures:
                     log.info("watching again from resourceVersion %s", rv)
                     self.failures = 0
-                rv = await self._handle(item, rv)
+                await self._handle(item)
         finally:
-            session.stop()
-            self._session = None
+            watch.stop()
+            self._watch = None
 
-    async def _handle(self, item: dict[str, Any] | None, rv: str) -> str:
-        """Apply one watch item; returns the version the stream has reached."""
+    async def _handle(self, item: dict[str, Any] | None) -> None:
+        """Apply one watch item and move the resume point to its version."""
         if item is None:
             log.warning("skipped a watch line that is not JSON; it changes nothing")
-            return rv
-        obj = item.get("object")
+            return
         if item.get("type") != "BOOKMARK":
             await self._apply(
                 observe.from_watch(item, node=self.kube.node, resources=self.resources)
             )
-        reached = object_rv(obj)
-        if reached is None:
-            return rv
-        self.view.caught_up(str(reached))
-        return str(reached)
+        reached = object_rv(item.get("object"))
+        if reached is not None:
+            self.resume_from = str(reached)
+            self.view.caught_up(self.resume_from)

@@ -260,3 +260,24 @@ async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
         assert claim.id != first.id and claim.start != first.start
         assert sorted(i.uuid for i in await n.instances()) == sorted(
             [foreign.uuid, claim.instance.uuid])
+
+
+async def test_inv2_an_undo_that_cannot_destroy_is_left_to_the_reclaimer(nc, js, node) -> None:
+    async with node_stack(nc, node) as n:
+        n.driver.latency("create", 400)
+        a = await n.add_pod("a", {"main": {R1: 1}})
+
+        async def creating() -> bool:
+            return any(c.state == "creating" for c in await n.claims_of(a))
+
+        await until(creating, "the claim is written as creating")
+        [claim] = await n.claims_of(a)
+        n.driver.fail("destroy", 1)
+        await n.watcher.gone(a)
+        await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
+
+        await n.phase(a, "Failed")
+        [inst] = await n.instances()
+        [left] = await n.claims_of(a)
+        assert left.state == "releasing"  # the allocator tried once; now it is the reclaimer's
+        assert left.instance is not None and left.instance.uuid == inst.uuid

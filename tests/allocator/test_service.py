@@ -110,45 +110,46 @@ async def test_claims_query(nc, js, node) -> None:
             == []
 
 
+async def allocate_on(directory: Path, side: str, token: str) -> str:
+    request_ = pb.AllocateRequest(container_requests=[
+        pb.ContainerAllocateRequest(devices_ids=[token])])
+    async with open_unix_channel(directory / side / endpoint_name(R1)) as ch:
+        reply = await deviceplugin_pb2_grpc.DevicePluginStub(ch).Allocate(request_, timeout=30)
+    return reply.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+
+
+def start_allocator(nc, directory: Path, side: str, node: str, driver: SimDriver,
+                    ready: asyncio.Event) -> asyncio.Task[None]:
+    config = Config(node=node, kubelet_dir=directory / side, pods_dir=directory / "pods",
+                    pod_resources_socket=directory / "none.sock", driver="sim",
+                    sim_state=driver.path)
+    options = replace(FAST, driver=driver, room_wait_seconds=5)
+    return asyncio.create_task(serve(config, nc, ready=ready, options=options))
+
+
 async def test_two_allocators_racing_on_one_card_never_overlap(nc, js, node) -> None:
     """Two allocator processes of one node (a bad deployment, or an upgrade overlap) share the
     store and the card; only compare-and-set on the card document keeps them apart."""
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     tasks: list[asyncio.Task[None]] = []
-    watcher = None
+    watcher = await TableWatcher(nc, await js.key_value(BUCKET_PODS), node).start()
     try:
-        state = directory / "sim.json"
-        init_state(state, ["H100-80GB"], [])
-        driver = SimDriver(state)
-        watcher = await TableWatcher(nc, await js.key_value(BUCKET_PODS), node).start()
+        init_state(directory / "sim.json", ["H100-80GB"], [])
+        driver = SimDriver(directory / "sim.json")
         for i in range(7):
             await watcher.add(watcher.record(f"00000000-0000-4000-8000-00000000000{i}",
                                              f"p{i}", {"main": {R1: 1}}))
-        options = replace(FAST, driver=driver, room_wait_seconds=5)
-        readies = []
-        for side in ("x", "y"):
-            config = Config(node=node, kubelet_dir=directory / side, pods_dir=directory / "pods",
-                            pod_resources_socket=directory / "none.sock", driver="sim",
-                            sim_state=state)
-            ready = asyncio.Event()
-            readies.append(ready)
-            tasks.append(asyncio.create_task(serve(config, nc, ready=ready, options=options)))
+        readies = [asyncio.Event(), asyncio.Event()]
+        tasks = [start_allocator(nc, directory, side, node, driver, ready)
+                 for side, ready in zip(("x", "y"), readies, strict=True)]
         await until(lambda: all(r.is_set() for r in readies), "both allocators serve")
 
-        async def allocate(side: str, token: str) -> str:
-            request_ = pb.AllocateRequest(container_requests=[
-                pb.ContainerAllocateRequest(devices_ids=[token])])
-            async with open_unix_channel(directory / side / endpoint_name(R1)) as ch:
-                reply = await deviceplugin_pb2_grpc.DevicePluginStub(ch).Allocate(
-                    request_, timeout=30)
-            return reply.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+        uuids = await asyncio.gather(
+            *(allocate_on(directory, "x", f"1g.10gb-{i}") for i in range(4)),
+            *(allocate_on(directory, "y", f"1g.10gb-{i}") for i in range(4, 7)),
+        )
 
-        calls = [allocate("x", f"1g.10gb-{i}") for i in range(4)]
-        calls += [allocate("y", f"1g.10gb-{i}") for i in range(4, 7)]
-        uuids = await asyncio.gather(*calls)
-
-        store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
-        doc, _ = await store.read(0)
+        doc, _ = await ClaimsStore(await js.key_value(BUCKET_CLAIMS), node).read(0)
         claims = list(doc.claims.values())
         spans = [(c.start, c.size) for c in claims]
         assert len(claims) == 7 and all(c.state == "active" for c in claims)
@@ -160,8 +161,7 @@ async def test_two_allocators_racing_on_one_card_never_overlap(nc, js, node) -> 
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if watcher is not None:
-            await watcher.stop()
+        await watcher.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -3,6 +3,7 @@ real `kubernetes` client: what it announces, what it answers, and what it refuse
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
@@ -140,6 +141,26 @@ async def test_nothing_is_declared_gone_while_the_api_server_is_unreachable(
     assert isinstance(gone, PodGone) and gone.evidence == "deleted"
 
 
+async def test_a_watcher_starting_without_the_api_server_answers_from_its_view_only(
+    apiserver: ApiServerThread, start_watcher: Any, published: Published, nc: Client, node: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    uid = uid_of(create(apiserver, node, "a"))
+    await (await start_watcher()).stop()
+    apiserver.set_unavailable(True)
+    apiserver.delete_pod("default", "a", grace_period_seconds=0)
+    restarted = await start_watcher(wait_ready=False)
+    await until(lambda: len(log_lines(caplog, "API server unreachable")) >= 2, 15,
+                "logged retries of the first LIST")
+    assert not restarted.ready.is_set()
+    reply = await get(nc, node, uid, fresh=True)
+    assert reply.state == "live" and "not confirmed" in reply.evidence
+    assert [type(e).__name__ for e in published.of(uid)] == ["PodSeen"]
+    apiserver.set_unavailable(False)
+    await published.wait_for(uid, "PodGone")
+    await until(restarted.ready.is_set, 10, "ready once the first LIST is applied")
+
+
 async def test_the_410_path_loses_nothing(
     apiserver: ApiServerThread, start_watcher: Any, published: Published, node: str,
     caplog: pytest.LogCaptureFixture,
@@ -161,6 +182,33 @@ async def test_the_410_path_loses_nothing(
     assert log_lines(caplog, "listing again")
     (gone,) = published.of(deleted, "PodGone")
     assert isinstance(gone, PodGone) and gone.evidence == "relist"
+
+
+async def test_bookmarks_keep_the_resume_point_current(
+    apiserver: ApiServerThread, start_watcher: Any, nc: Client, node: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Changes elsewhere never reach this node's watch; bookmarks still move its resume point,
+    so a compaction of that history does not force a LIST."""
+    await start_watcher()
+    create(apiserver, "another-node", "elsewhere")
+    latest = apiserver.resource_version
+
+    async def view_version() -> int:
+        reply = await request(nc, pods_pending_subject(node),
+                              PendingPodsQuery(resource=MIG, quantity=1), PendingPodsReply)
+        return int(reply.resource_version)
+
+    loop_deadline = asyncio.get_running_loop().time() + 10
+    while await view_version() < latest:
+        assert asyncio.get_running_loop().time() < loop_deadline, "no bookmark reached the view"
+        await asyncio.sleep(0.02)
+    apiserver.set_unavailable(True)
+    await until(lambda: log_lines(caplog, "API server unreachable"), 15, "a logged retry")
+    apiserver.compact()
+    apiserver.set_unavailable(False)
+    await until(lambda: log_lines(caplog, "watching again"), 15, "the watch resumed")
+    assert not log_lines(caplog, "listing again")
 
 
 async def test_duplicate_and_reordered_watch_events_change_nothing(
@@ -198,13 +246,14 @@ async def test_malformed_objects_and_odd_uids_are_skipped_and_change_nothing(
     ]
     for obj in odd:
         apiserver.inject("pods", obj, "MODIFIED" if obj["metadata"]["name"] == "known" else "ADDED")
-    for line in ("this is not JSON", '{"type": "ADDED", "object": "a string"}'):
+    # The last line breaks the client's parser: the watch resumes from the last version seen.
+    for line in ("this is not JSON", '{"type": "ADDED", "object": "a string"}', "[1, 2]"):
         apiserver.send_raw_watch_line("pods", line)
     sentinel = uid_of(create(apiserver, node, "sentinel"))
     await published.wait_for(sentinel, "PodSeen")
     skipped = log_lines(caplog, "skipped")
     for fragment in ("../../etc/passwd", "RFC 4122", "Exploded", "not-a-uid", "not JSON",
-                     "a str, not a JSON object"):
+                     "a str, not a JSON object", "skipped the rest of a watch"):
         assert any(fragment in line for line in skipped), (fragment, skipped)
     # A LIST that holds the damaged namesake does not show the known Pod absent.
     apiserver.set_unavailable(True)

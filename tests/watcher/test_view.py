@@ -20,7 +20,7 @@ from services.watcher.view import PodView
 
 @pytest.fixture
 def uid() -> str:
-    # Msg ids name the Pod, not the node, and the session's tests share one stream.
+    # Msg ids name the Pod, not the node, and all the tests share one stream.
     return str(uuid.uuid4())
 
 

@@ -1,0 +1,185 @@
+"""Starting the embedded stack in order, each part ready before the next needs it.
+
+NATS (tier 0) -> the simulated cluster (tier 1: API server, kubelet, cards) -> the four services
+(tier 2), then the services answer on NATS and the kubelet offers the allocator's resources.
+Stopping is the reverse (see processes.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+
+from partkeeper.config import Config, ConfigError, load
+from partkeeper.drivers import profiles
+from partkeeper.stack import readiness
+from partkeeper.stack.layout import Layout, write_env
+from partkeeper.stack.natsserver import binary, free_port
+from partkeeper.stack.processes import ChildExited, StackError, Supervisor, describe_exit
+from schemas.names import (
+    SERVICE_ALLOCATOR,
+    SERVICE_RECLAIMER,
+    SERVICE_WATCHER,
+    STREAM_PODS,
+    durable_name,
+)
+
+NODE = "sim-node-0"
+CARDS = ("H100-80GB", "H100-80GB")
+SLICED = ("A100-40GB",)
+SERVICES = ("watcher", "allocator", "reclaimer", "gc")
+MICRO_SERVICES = {"watcher": SERVICE_WATCHER, "allocator": SERVICE_ALLOCATOR,
+                  "reclaimer": SERVICE_RECLAIMER}
+TIER_NATS, TIER_CLUSTER, TIER_SERVICES = 0, 1, 2
+
+NATS_READY_SECONDS = 20.0
+CLUSTER_READY_SECONDS = 45.0
+SERVICES_READY_SECONDS = 90.0
+KUBELET_READY_SECONDS = 45.0
+# Whatever the caller's shell says, the embedded server has no credentials and the services
+# must reach it, not some other NATS.
+_DROPPED = ("NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "PK_FAULTS")
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """Where everything of a running stack is."""
+
+    layout: Layout
+    node: str
+    nats_url: str
+    api_url: str
+    config: Config  # what the services were started with
+    nc: Client  # up's own connection, for readiness and the demo
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.layout.cluster.kubeconfig
+
+    def shell_env(self) -> dict[str, str]:
+        """What `partkeeper status`, `partkeeper sim` and a Kubernetes client need."""
+        return {
+            "NATS_URL": self.nats_url,
+            "PK_NODE_NAME": self.node,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PK_SIM_STATE": str(self.layout.cluster.sim_state),
+        }
+
+
+def service_env(layout: Layout, nats_url: str, base: Mapping[str, str]) -> dict[str, str]:
+    paths = layout.cluster
+    env = {k: v for k, v in base.items() if k not in _DROPPED}
+    env.update({
+        "NATS_URL": nats_url,
+        "PK_NODE_NAME": NODE,
+        "KUBECONFIG": str(paths.kubeconfig),
+        "PK_KUBELET_DIR": str(paths.device_plugin_dir),
+        "PK_POD_RESOURCES_SOCKET": str(paths.pod_resources_socket),
+        "PK_PODS_DIR": str(layout.pods_dir),
+        "PK_DRIVER": "sim",
+        "PK_SIM_STATE": str(paths.sim_state),
+        "PK_METRICS_PORT": "0",
+        "PK_RESYNC_SECONDS": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def offered_resources(config: Config) -> list[str]:
+    """The resources the allocator registers for the embedded cards (DESIGN.md section 5)."""
+    names = {name for model in CARDS for name in profiles.model(model).profiles}
+    found = [f"{config.resource_prefix}{name}" for name in sorted(names)]
+    if SLICED:
+        found.append(config.sliced_resource)
+    return found
+
+
+async def launch(layout: Layout, supervisor: Supervisor) -> Stack:
+    """Start everything and return once it is all ready; raises StackError/ChildExited."""
+    port = free_port()
+    nats_url = f"nats://127.0.0.1:{port}"
+    env = service_env(layout, nats_url, os.environ)
+    try:
+        config = load(env)  # the services would refuse it one by one; say it once, up front
+    except ConfigError as exc:
+        raise StackError(f"the services cannot start with this environment: {exc}") from exc
+    await _start_nats(layout, supervisor, port)
+    guard = supervisor.guard
+    nc = await guard(readiness.connect_nats(nats_url), timeout=NATS_READY_SECONDS,
+                     what="the NATS server", log=layout.log("nats"))
+    try:
+        cluster = await _start_cluster(layout, supervisor)
+        for name in SERVICES:
+            await supervisor.start(name, [sys.executable, "-m", "partkeeper", "run", name],
+                                   log_path=layout.log(name), env=env, tier=TIER_SERVICES)
+        await _services_ready(layout, supervisor, nc)
+        await guard(readiness.kubelet_offers(layout.cluster.pod_resources_socket,
+                                             offered_resources(config)),
+                    timeout=KUBELET_READY_SECONDS,
+                    what="the kubelet offering the allocator's resources",
+                    log=layout.log("allocator"))
+    except BaseException:
+        await nc.close()
+        raise
+    stack = Stack(layout, NODE, nats_url, str(cluster["api"]), config, nc)
+    write_env(layout.env_file, stack.shell_env())
+    return stack
+
+
+async def _services_ready(layout: Layout, supervisor: Supervisor, nc: Client) -> None:
+    """Each micro service answers its ping, and the GC's durable consumer exists."""
+    deadline = time.monotonic() + SERVICES_READY_SECONDS
+    waits: list[tuple[str, Awaitable[None]]] = [
+        (service, readiness.answers_ping(nc, name)) for service, name in MICRO_SERVICES.items()
+    ]
+    waits.append(("gc", readiness.consumer_exists(nc, STREAM_PODS, durable_name("gc", NODE))))
+    for service, wait in waits:
+        await supervisor.guard(wait, timeout=max(0.0, deadline - time.monotonic()),
+                               what=f"the {service} service answering on NATS",
+                               log=layout.log(service))
+
+
+async def _start_nats(layout: Layout, supervisor: Supervisor, port: int) -> None:
+    argv = [binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(layout.nats_dir)]
+    await supervisor.start("nats", argv, log_path=layout.log("nats"), env=os.environ,
+                           tier=TIER_NATS)
+
+
+async def _start_cluster(layout: Layout, supervisor: Supervisor) -> dict[str, Any]:
+    paths = layout.cluster
+    read_fd, write_fd = os.pipe()
+    argv = [
+        sys.executable, "-m", "partkeeper", "sim", "cluster",
+        "--workdir", str(paths.workdir), "--kubelet-dir", str(paths.kubelet_root),
+        "--cards", ",".join(CARDS), "--sliced", ",".join(SLICED), "--node", NODE,
+        "--notify-fd", str(write_fd),
+    ]
+    try:
+        child = await supervisor.start("cluster", argv, log_path=layout.log("cluster"),
+                                       env=os.environ, tier=TIER_CLUSTER, pass_fds=[write_fd])
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        # Only the child holds the write end now, so its exit reads as end-of-file here.
+        os.close(write_fd)
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        description = await supervisor.guard(
+            readiness.read_notification(pipe), timeout=CLUSTER_READY_SECONDS,
+            what="the simulated cluster", log=layout.log("cluster"),
+        )
+    if description is None:
+        with contextlib.suppress(TimeoutError):  # its exit status makes the message precise
+            await asyncio.wait_for(child.proc.wait(), 5.0)
+        raise ChildExited(f"the simulated cluster stopped before it was ready: "
+                          f"{describe_exit(child)}")
+    return description
