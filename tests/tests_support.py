@@ -15,3 +15,15 @@ def make_claim(
         resource="nvidia.com/mig-test", device_ids=[cid], card=card, profile="test",
         start=start, size=size, created_at=0, updated_at=0,
     )
+
+
+async def eventually(check, *, timeout: float = 10.0, interval: float = 0.02) -> None:
+    """Wait until `await check()` is truthy, failing after `timeout` seconds (a deadline)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout:g}s: {check.__qualname__}")
+        await asyncio.sleep(interval)

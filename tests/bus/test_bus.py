@@ -23,6 +23,7 @@ from schemas.names import (
     pods_get_subject,
     pods_subject,
 )
+from tests_support import eventually
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 
@@ -90,10 +91,19 @@ async def test_retry_redelivers_then_acks(js, node: str) -> None:
 
     await publish(js, pods_subject(node, UID), gone(node), msg_id=f"r/{node}")
     r = runner(js, node, handle)
-    await run_until(r, done)
+    task = asyncio.create_task(r.run(fetch_timeout=0.5))
+    try:
+        await asyncio.wait_for(done.wait(), 20)
+
+        async def acked() -> bool:
+            info = await js.consumer_info(STREAM_PODS, r.durable)
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(acked)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
     assert attempts == [1, 2]
-    info = await js.consumer_info(STREAM_PODS, r.durable)
-    assert info.num_ack_pending == 0 and info.num_pending == 0
 
 
 async def test_poison_message_is_dead_lettered_with_reason(js, nc, node: str) -> None:

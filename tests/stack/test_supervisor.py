@@ -73,10 +73,9 @@ async def test_stop_terminates_kills_the_stubborn_and_leaves_no_group_member(
 async def test_a_child_that_dies_is_reported_with_its_log(workdir: Path) -> None:
     supervisor = Supervisor(workdir / "pids.json")
     try:
-        await supervisor.start(
-            "fragile", [sys.executable, "-c", "print('cannot open the thing'); raise SystemExit(3)"],
-            log_path=workdir / "fragile.log", env=os.environ, tier=1,
-        )
+        script = "print('cannot open the thing'); raise SystemExit(3)"
+        await supervisor.start("fragile", [sys.executable, "-c", script],
+                               log_path=workdir / "fragile.log", env=os.environ, tier=1)
         child = await asyncio.wait_for(supervisor.died(), DEADLINE)
     finally:
         await supervisor.stop()
