@@ -8,6 +8,7 @@ version) and a `type` tag. Decode with the functions in `schemas.codec`, which r
 from schemas.codec import SchemaError, decode, encode
 from schemas.documents import CardClaims, Claim, LiveInstance, NodeCapacity, PodRecord
 from schemas.events import (
+    AllocateRefused,
     ClaimChanged,
     DestroyFailed,
     ForeignFound,
@@ -33,6 +34,7 @@ from schemas.rpc import (
 )
 
 __all__ = [
+    "AllocateRefused",
     "CardClaims",
     "Claim",
     "ClaimChanged",

@@ -101,4 +101,17 @@ class WorkdirCollected(_PartitionEventBase, tag="WorkdirCollected"):
     removed: list[str] = []
 
 
-PartitionEvent = ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected
+class AllocateRefused(_PartitionEventBase, tag="AllocateRefused"):
+    """The allocator refused an Allocate; `reason` is the sentence kubelet was given."""
+
+    resource: str
+    device_ids: list[str]
+    pod_uid: str = ""  # empty when the Pod could not be identified
+    namespace: str = ""
+    name: str = ""
+    reason: str
+
+
+PartitionEvent = (
+    ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected | AllocateRefused
+)

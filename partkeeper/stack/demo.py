@@ -158,6 +158,7 @@ async def refill(demo: Demo) -> None:
         await demo.scheduler.delete(victim)
         successor = await demo.scheduler.create(demo.name(profile, "refill"), resource,
                                                 demo.kind(resource))
+        successor.refill_of = victim.name
         demo.view.note(f"deleted {victim.name}; created {successor.name} at once")
         await demo.scheduler.schedule(successor)
         require(not successor.refused, f"refill {successor.name} was refused: "

@@ -52,6 +52,7 @@ class PodTrack:
     instance: str = ""  # the MIG device UUID of its partition
     reclaimed: float | None = None
     busy_released: float | None = None  # set for the Pod whose instance was held busy
+    refill_of: str = ""  # the Pod deleted just before this one was created, for its room
 
     @property
     def settled(self) -> bool:

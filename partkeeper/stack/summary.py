@@ -65,6 +65,13 @@ def lines(outcome: Outcome) -> list[str]:
             f"{busy.destroyed_after_release * 1000:.0f}ms after release"
         out.append(f"  busy partition {busy.instance}: destroy refused {busy.refused_attempts}x "
                    f"while held {busy.held_seconds * 1000:.0f}ms; destroyed {after}")
+    refills = [p for p in pods if p.refill_of]
+    if refills:
+        out.append(
+            f"  refills created the moment their predecessor was deleted: {len(refills)}, "
+            f"admitted {sum(1 for p in refills if p.running is not None)}; "
+            f"created -> Running {describe(admission_latencies(refills))}"
+        )
     out += [
         f"  admission latency (Pod created -> Running): {describe(admission_latencies(pods))}",
         f"  reclaim latency (Pod deleted -> partition gone): {describe(reclaim_latencies(pods))}",

@@ -54,9 +54,12 @@ def test_latencies_leave_out_the_busy_partition_and_slices() -> None:
 
 
 def test_summary_passes_only_without_refusal_leak_or_error() -> None:
-    good = Outcome([pod("a"), pod("b", busy=True)], 1, BusyResult("b", "MIG-x", 2, 1.5, 0.1),
-                   [], None, 3.0)
+    refill = pod("c")
+    refill.refill_of = "a"
+    good = Outcome([pod("a"), pod("b", busy=True), refill], 1,
+                   BusyResult("b", "MIG-x", 2, 1.5, 0.1), [], None, 3.0)
     text = "\n".join(lines(good))
+    assert "refills created the moment their predecessor was deleted: 1, admitted 1" in text
     assert good.passed
     assert "refused 0" in text and "leaks: none" in text and "result: PASS" in text
     assert "foreign instances seen 1" in text and "destroy refused 2x" in text
