@@ -106,10 +106,10 @@ class AllocateRefused(_PartitionEventBase, tag="AllocateRefused"):
 
     resource: str
     device_ids: list[str]
+    reason: str
     pod_uid: str = ""  # empty when the Pod could not be identified
     namespace: str = ""
     name: str = ""
-    reason: str
 
 
 PartitionEvent = (
