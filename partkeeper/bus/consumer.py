@@ -140,10 +140,11 @@ class ConsumerRunner(Generic[T]):
         except SchemaError as exc:
             await self._dead_letter(msg, str(exc), attempt)
             return
-        with _tracer.start_as_current_span(
+        with tracing.span_from(
+            msg.headers,
             f"consume {self.stream}",
-            context=tracing.extract(msg.headers),
             attributes={"messaging.destination": msg.subject, "pk.attempt": attempt},
+            tracer=_tracer,
         ):
             await self._handle(msg, item, attempt)
 

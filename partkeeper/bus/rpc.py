@@ -13,6 +13,7 @@ from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service
+from opentelemetry.trace import SpanKind
 
 from partkeeper.telemetry import tracing
 from schemas import SchemaError, decode, encode
@@ -63,8 +64,8 @@ def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
     tracer = tracing.tracer(__name__)
 
     async def handle(req: Request) -> None:
-        with tracer.start_as_current_span(
-            f"serve {endpoint.name}", context=tracing.extract(req.headers)
+        with tracing.span_from(
+            req.headers, f"serve {endpoint.name}", kind=SpanKind.SERVER, tracer=tracer
         ):
             try:
                 body = decode(req.data, endpoint.request_type, what=f"{endpoint.name} request")

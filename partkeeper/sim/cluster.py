@@ -35,7 +35,7 @@ DEFAULT_SLICED = "A100-40GB"
 # sun_path holds 108 bytes; the longest socket the allocator serves in the plugin dir is its
 # per-resource socket, e.g. `partkeeper-nvidia.com_mig-7g.141gb.sock`, with room for prefixes.
 _SUN_PATH_MAX = 107
-_LONGEST_PLUGIN_SOCKET = 56
+_LONGEST_PLUGIN_SOCKET = 48
 
 
 class ClusterError(Exception):

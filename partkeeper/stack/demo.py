@@ -168,6 +168,7 @@ async def refill(demo: Demo) -> None:
         same = " (same MIG UUID: the successor reproduces it)" \
             if successor.instance and successor.instance == victim.instance else ""
         demo.view.note(f"{successor.name} admitted {waited:.2f}s after creation{same}")
+        await demo.view.pause()
 
 
 async def busy_instance(demo: Demo) -> None:
@@ -188,10 +189,13 @@ async def busy_instance(demo: Demo) -> None:
     await demo.until(refused_while_busy, f"a refused destroy of busy {victim.instance}",
                      "see logs/reclaimer.log and logs/watcher.log")
     require(victim.reclaimed is None, f"{victim.instance} was destroyed while busy")
+    demo.view.note(f"destroy refused while busy; {victim.instance} kept, claim releasing")
+    await demo.view.pause()
+    await refused_while_busy()  # the count of refused attempts up to the release
     await demo.probe.set_busy(victim.instance, False)
     victim.busy_released = time.monotonic()
     result.held_seconds = victim.busy_released - (victim.deleted or victim.busy_released)
-    demo.view.note(f"destroy refused {result.refused_attempts}x while busy; released")
+    demo.view.note(f"released after {result.refused_attempts} refused destroy(s)")
 
     async def reclaimed() -> bool:
         return victim.reclaimed is not None
@@ -209,11 +213,19 @@ async def drain(demo: Demo) -> None:
     await asyncio.gather(*(demo.scheduler.delete(p) for p in left))
     demo.view.note(f"deleted the remaining {len(left)} Pods")
 
-    async def all_reclaimed() -> bool:
-        return all(p.reclaimed is not None for p in demo.observer.pods.values() if p.running)
+    foreign = {demo.foreign.uuid} if demo.foreign else set()
 
-    await demo.until(all_reclaimed, "the reclaim of every deleted Pod's partition",
-                     "see logs/reclaimer.log and logs/watcher.log")
+    async def clean() -> bool:
+        # The claim goes a moment after its partition: wait for both, not for the first.
+        if any(p.reclaimed is None for p in demo.observer.pods.values() if p.running):
+            return False
+        return not await demo.probe.claims() and set(await demo.probe.instances()) <= foreign
+
+    try:
+        await demo.until(clean, "the reclaim of every deleted Pod's partition and claim",
+                         "see logs/reclaimer.log and logs/watcher.log")
+    except DemoError as exc:
+        demo.view.note(str(exc))  # the next step lists exactly what is left
 
 
 async def verify(demo: Demo) -> None:

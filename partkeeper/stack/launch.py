@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,12 +139,14 @@ async def launch(layout: Layout, supervisor: Supervisor) -> Stack:
 async def _services_ready(layout: Layout, supervisor: Supervisor, nc: Client) -> None:
     """Each micro service answers its ping, and the GC's durable consumer exists."""
     deadline = time.monotonic() + SERVICES_READY_SECONDS
-    waits: list[tuple[str, Awaitable[None]]] = [
-        (service, readiness.answers_ping(nc, name)) for service, name in MICRO_SERVICES.items()
+    waits: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        (service, functools.partial(readiness.answers_ping, nc, name))
+        for service, name in MICRO_SERVICES.items()
     ]
-    waits.append(("gc", readiness.consumer_exists(nc, STREAM_PODS, durable_name("gc", NODE))))
+    waits.append(("gc", functools.partial(readiness.consumer_exists, nc, STREAM_PODS,
+                                          durable_name("gc", NODE))))
     for service, wait in waits:
-        await supervisor.guard(wait, timeout=max(0.0, deadline - time.monotonic()),
+        await supervisor.guard(wait(), timeout=max(0.0, deadline - time.monotonic()),
                                what=f"the {service} service answering on NATS",
                                log=layout.log(service))
 

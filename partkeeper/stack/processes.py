@@ -22,9 +22,8 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -49,7 +48,6 @@ class Child:
     tier: int
     log_path: Path
     proc: asyncio.subprocess.Process
-    started: float = field(default_factory=time.time)
 
     @property
     def pid(self) -> int:
@@ -145,7 +143,8 @@ class Supervisor:
             return task.result()
         if death in done and not death.cancelled():
             raise ChildExited(f"while waiting for {what}: {describe_exit(death.result())}")
-        raise StackError(f"{what} not ready after {timeout:.0f}s; see {log}, ending:\n{tail(log)}")
+        raise StackError(f"gave up waiting for {what} after {timeout:.0f}s; see {log}, ending:\n"
+                         f"{tail(log)}")
 
     async def stop(self) -> list[str]:
         """Stop every child, highest tier first; returns a note per child that had to be killed."""

@@ -26,7 +26,7 @@ REDRAW_SECONDS = 0.3
 NOTES_SHOWN = 8
 # On a terminal a person watches: each step's outcome stays on screen this long before the next
 # step starts. Only the live view pauses; CI runs go at full speed.
-PACE_SECONDS = 1.5
+PACE_SECONDS = 1.0
 
 
 class View(Protocol):

@@ -1,4 +1,8 @@
-"""Structured JSON logs: one line per decision, with the Pod UID, card and claim id as fields."""
+"""Structured JSON logs: one line per decision, with the Pod UID, card and claim id as fields.
+
+A line written inside a span carries its `trace_id` and `span_id`, so a log line leads to its
+trace in Jaeger and back.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import os
 import sys
 import time
 from typing import Any
+
+from partkeeper.telemetry.tracing import current_ids
 
 _RESERVED = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -28,6 +34,9 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _RESERVED and not key.startswith("_"):
                 line[key] = value
+        ids = current_ids()
+        if ids is not None:
+            line["trace_id"], line["span_id"] = ids
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)

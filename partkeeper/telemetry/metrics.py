@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -36,6 +38,11 @@ CONSUMER_LAG = Gauge(
     "partkeeper_consumer_lag", "Messages not yet delivered to a durable consumer", ["consumer"]
 )
 POD_EVENTS = Counter("partkeeper_pod_events_total", "Pod events published", ["type"])
+KUBE_EVENTS = Counter(
+    "partkeeper_kube_events_total",
+    "Kubernetes Events the watcher recorded from the audit log, by reason and result",
+    ["reason", "result"],
+)
 GC_COLLECTED = Counter("partkeeper_gc_collected_total", "Pod working directories collected")
 GC_REFUSED = Counter("partkeeper_gc_refused_total", "Deletions refused, by reason", ["reason"])
 
@@ -45,3 +52,16 @@ def serve(port: int) -> None:
     if port:
         start_http_server(port)
         log.info("metrics on :%d/metrics", port)
+
+
+async def track_lag(consumer: str, lag: Callable[[], Awaitable[int]], every: float) -> None:
+    """Set the consumer-lag gauge of `consumer` every `every` seconds, until cancelled."""
+    gauge = CONSUMER_LAG.labels(consumer=consumer)
+    while True:
+        try:
+            gauge.set(await lag())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a metric must never stop the service
+            log.debug("consumer lag of %s unavailable: %s", consumer, exc)
+        await asyncio.sleep(every)

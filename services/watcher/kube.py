@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import urllib3
 from kubernetes import client
@@ -19,10 +19,21 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from partkeeper.config import Config
-from schemas import PodRecord
 from services.watcher.observe import Listing, NotFound
 
 COMPONENT = "partkeeper"
+MESSAGE_LIMIT = 1024  # what the API server accepts as an Event's note
+
+
+class PodIdentity(Protocol):
+    """What an Event needs of its Pod (a PodRecord, or the names an audit event carries)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
 
 
 class KubeError(Exception):
@@ -133,18 +144,26 @@ class Kube:
         )
 
     async def create_event(
-        self, pod: PodRecord, reason: str, message: str, type: str = "Normal"
-    ) -> None:
-        """Record a Kubernetes Event on the Pod (e.g. a partition blocked or reclaimed)."""
+        self, pod: PodIdentity, reason: str, message: str, type: str = "Normal", *,
+        name: str | None = None,
+    ) -> bool:
+        """Record a Kubernetes Event on the Pod (e.g. a partition blocked or reclaimed).
+
+        The Event names the Pod by UID too, so it can be recorded for a Pod already deleted.
+        With `name` the Event is created under that name and one already there (409
+        AlreadyExists) is the same Event recorded before: returns False then, True when
+        created. Without it the server generates a name. Raises KubeError.
+        """
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        metadata = {"name": name} if name else {"generateName": f"{pod.name}."}
         body = {
-            "metadata": {"generateName": f"{pod.name}.", "namespace": pod.namespace},
+            "metadata": {**metadata, "namespace": pod.namespace},
             "involvedObject": {
                 "kind": "Pod", "apiVersion": "v1", "namespace": pod.namespace,
                 "name": pod.name, "uid": pod.uid,
             },
             "reason": reason,
-            "message": message,
+            "message": message[:MESSAGE_LIMIT],
             "type": type,
             "source": {"component": COMPONENT, "host": self.node},
             "reportingComponent": COMPONENT,
@@ -158,8 +177,13 @@ class Kube:
                 self.api.create_namespaced_event, pod.namespace, body,
                 _preload_content=False, _request_timeout=self.request_timeout,
             )
+        except ApiException as exc:
+            if name and exc.status == 409:
+                return False
+            raise as_kube_error(exc, f"creating Event {reason} on Pod {pod.uid}") from exc
         except Exception as exc:
             raise as_kube_error(exc, f"creating Event {reason} on Pod {pod.uid}") from exc
+        return True
 
 
 def _json(data: bytes, doing: str) -> Any:

@@ -22,6 +22,7 @@ from schemas.names import BUCKET_PODS, SERVICE_WATCHER
 from services.watcher.kube import Kube
 from services.watcher.pods import Resources
 from services.watcher.queries import Queries
+from services.watcher.recorder import EventRecorder
 from services.watcher.sync import Sync
 from services.watcher.tuning import Tuning
 from services.watcher.view import PodView, ViewError
@@ -58,6 +59,7 @@ async def serve(
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(sync.run(ready), name="watcher-sync")
             tasks.create_task(_prune(view, tuning), name="watcher-prune")
+            tasks.create_task(EventRecorder(js, kube, view, tuning).run(), name="watcher-events")
     finally:
         sync.stop()
         with contextlib.suppress(Exception):

@@ -19,3 +19,14 @@ class Tuning:
     retry_cap: float = 30.0
     tombstone_ttl: float = DAY
     prune_interval: float = 3600.0
+    # Kubernetes Events from the audit log (recorder.py). An Event is advisory: a failed create
+    # is retried with backoff for at most `event_attempts` deliveries (about 45-90 s with these
+    # values), then logged and acknowledged, so it never holds the stream.
+    event_attempts: int = 8
+    event_retry_base: float = 1.0
+    event_retry_cap: float = 30.0
+    # An audit entry older than this gets no Event: the API server keeps Events for an hour by
+    # default, so an older one would be recorded only to expire, or recorded a second time
+    # after the first expired (a restart after a long outage replays the log).
+    event_max_age: float = 3600.0
+    lag_interval: float = 15.0

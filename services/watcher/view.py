@@ -151,7 +151,7 @@ class PodView:
             if event is not None:
                 name = type(event).__name__
                 with self._tracer.start_as_current_span(
-                    f"watcher {name}", attributes={"pk.pod_uid": uid}
+                    f"watcher {name}", attributes=_span_attributes(decision)
                 ):
                     await faults.reach("watcher.before_publish")
                     await publish(self.js, pods_subject(self.node, uid), event,
@@ -201,6 +201,19 @@ class PodView:
                 del self._stored[uid]
                 removed += 1
         return removed
+
+
+def _span_attributes(decision: Decision) -> dict[str, str]:
+    """What the span of an observed-and-published event says: the Pod, the event, the why."""
+    record = decision.record
+    assert record is not None and decision.event is not None
+    return {
+        "pk.pod_uid": record.uid,
+        "pk.event": type(decision.event).__name__,
+        "pk.pod": f"{record.namespace}/{record.name}",
+        "pk.resource_version": record.resource_version,
+        "pk.reason": decision.reason,
+    }
 
 
 def _log_decision(decision: Decision) -> None:

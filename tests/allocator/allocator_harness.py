@@ -176,6 +176,8 @@ async def node_stack(
             kubelet.devices(r.resource_name) for r in kubelet.registrations),
             "kubelet received every resource's device list")
         yield stack
+        if task.done():
+            task.result()  # the allocator must not have stopped on its own: show why it did
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

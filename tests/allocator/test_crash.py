@@ -44,10 +44,24 @@ async def start(directory: Path, url: str, node: str, faults: str) -> asyncio.su
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.allocator", env=env, stdout=log, stderr=log)
     log.close()
-    await until(lambda: socket.exists() or proc.returncode is not None,
-                "the allocator process serves its plugin sockets", deadline=30)
+    await until(lambda: answers(socket, proc), "the allocator process serves its plugin sockets",
+                deadline=30)
     assert proc.returncode is None, (directory / "allocator.log").read_text()
     return proc
+
+
+async def answers(socket: Path, proc: asyncio.subprocess.Process) -> bool:
+    """The plugin answers on its socket (a bound socket may not be listening yet), or the process
+    has ended."""
+    if proc.returncode is not None:
+        return True
+    async with open_unix_channel(socket) as channel:
+        try:
+            await deviceplugin_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
+                pb.Empty(), timeout=1)
+        except grpc.aio.AioRpcError:
+            return False
+    return True
 
 
 async def allocate(directory: Path) -> pb.ContainerAllocateResponse:
@@ -76,7 +90,7 @@ async def test_crash_at_each_fault_point_then_the_retry_completes(
         procs.append(await start(directory, nats_server.url, node, f"allocator.{point}=exit"))
         with pytest.raises(grpc.aio.AioRpcError):
             await allocate(directory)  # the process dies inside the call
-        assert await procs[0].wait() == EXIT_STATUS
+        assert await asyncio.wait_for(procs[0].wait(), 20) == EXIT_STATUS
         doc, _ = await store.read(0)
         [left] = doc.claims.values()
         assert left.state == ("active" if point == "after_active" else "creating")

@@ -102,7 +102,7 @@ async def test_guard_names_what_expired_and_the_log(workdir: Path) -> None:
     log = workdir / "slow.log"
     log.write_text("still loading\n")
     never = asyncio.Event()
-    with pytest.raises(StackError, match="the slow part not ready after") as caught:
+    with pytest.raises(StackError, match="gave up waiting for the slow part after") as caught:
         await supervisor.guard(never.wait(), timeout=0.1, what="the slow part", log=log)
     assert str(log) in str(caught.value) and "still loading" in str(caught.value)
     await supervisor.stop()

@@ -1,0 +1,160 @@
+"""Kubernetes Events from the partition audit log: a durable consumer of the node's PK_PARTITIONS.
+
+Only the watcher talks to the API server, so what the allocator and the reclaimer record on the
+audit log reaches a Pod's Events through here (kube_events.py says which Event each entry
+becomes). An Event is advisory:
+
+- it is recorded under a name derived from the fact, and an Event already there counts as
+  recorded, so a redelivery or a second publish of the same fact records nothing new;
+- a create that fails is retried with backoff for a bounded number of deliveries
+  (`Tuning.event_attempts`), then logged and acknowledged: it never holds the stream;
+- an entry that names no valid Pod is dead-lettered, one that cannot be decoded too (the
+  runner does that); an entry older than `Tuning.event_max_age` is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from nats.js import JetStreamContext
+from opentelemetry.trace import Status, StatusCode
+
+from partkeeper.bus import ConsumerRunner, Permanent, Retry, backoff
+from partkeeper.bus.consumer import Delivery
+from partkeeper.telemetry import logs, metrics, tracing
+from schemas import PartitionEvent, decode
+from schemas.names import STREAM_PARTITIONS, ConsumerSpec, dlq_subject, durable_name, parts_filter
+from services.watcher.kube import Kube, KubeError, PodIdentity
+from services.watcher.kube_events import (
+    BadTarget,
+    Note,
+    describe,
+    event_name,
+    named_pod,
+    pod_uid_of,
+)
+from services.watcher.tuning import Tuning
+from services.watcher.view import PodView
+
+SERVICE = "watcher-events"
+log = logging.getLogger(__name__)
+
+# Refusals a retry cannot change: bad request, forbidden (e.g. a terminating namespace), a
+# namespace that no longer exists, invalid. 408 and 429 ask to come back later.
+_FINAL_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 415, 422})
+
+
+def decode_partition_event(data: bytes) -> PartitionEvent:
+    return decode(data, PartitionEvent, what="partition event")
+
+
+def _dead_letter(_error: str) -> None:
+    metrics.DEAD_LETTERS.labels(service=SERVICE, stream=STREAM_PARTITIONS).inc()
+
+
+class EventRecorder:
+    def __init__(
+        self, js: JetStreamContext, kube: Kube, view: PodView, tuning: Tuning, *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.kube, self.view, self.tuning, self.clock = kube, view, tuning, clock
+        node = kube.node
+        self.runner: ConsumerRunner[PartitionEvent] = ConsumerRunner(
+            js,
+            stream=STREAM_PARTITIONS,
+            durable=durable_name(SERVICE, node, STREAM_PARTITIONS),
+            filter_subject=parts_filter(node),
+            decode=decode_partition_event,
+            handle=self.handle,
+            dlq_subject=dlq_subject(node, SERVICE),
+            # Room beyond our own bound, so only a process dying on every delivery (or a bug
+            # raising something unexpected) reaches the runner's dead-letter limit.
+            spec=ConsumerSpec(max_deliver=tuning.event_attempts + 2),
+            on_dead_letter=_dead_letter,
+        )
+        self._tracer = tracing.tracer(__name__)
+
+    async def run(self) -> None:
+        """Consume until cancelled, reporting the consumer's lag."""
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self.runner.run(), name="watcher-events-consume")
+            tasks.create_task(
+                metrics.track_lag(self.runner.durable, self.runner.lag, self.tuning.lag_interval),
+                name="watcher-events-lag",
+            )
+
+    async def handle(self, event: PartitionEvent, delivery: Delivery) -> None:
+        note = describe(event)
+        if note is None:
+            return
+        age = self.clock() - event.at
+        if age > self.tuning.event_max_age:
+            self._count(note, "stale")
+            log.info("no %s Event for an audit entry %.0fs old (kept for %.0fs)", note.reason,
+                     age, self.tuning.event_max_age, extra={"pod_uid": pod_uid_of(event)})
+            return
+        pod = await self._target(event)
+        if pod is None:
+            self._count(note, "unresolved")
+            log.warning("no %s Event: Pod %s is unknown to the watcher and the audit entry does "
+                        "not name it", note.reason, pod_uid_of(event),
+                        extra={"pod_uid": pod_uid_of(event)})
+            return
+        await self._record(event, note, pod, delivery.attempt)
+
+    async def _target(self, event: PartitionEvent) -> PodIdentity | None:
+        """The Pod as the entry names it, else as the view last knew it (tombstones included)."""
+        try:
+            pod = named_pod(event)
+        except BadTarget as exc:
+            raise Permanent(str(exc)) from exc
+        if pod is not None:
+            return pod
+        return await self.view.settled(pod_uid_of(event))
+
+    async def _record(
+        self, event: PartitionEvent, note: Note, pod: PodIdentity, attempt: int
+    ) -> None:
+        name = event_name(pod.name, note.fact)
+        attributes = {"pk.pod_uid": pod.uid, "pk.event": type(event).__name__,
+                      "k8s.event.reason": note.reason, "k8s.event.name": name,
+                      "pk.claim_id": getattr(event, "claim_id", "")}
+        with self._tracer.start_as_current_span(f"watcher Event {note.reason}",
+                                                attributes=attributes) as span:
+            try:
+                created = await self.kube.create_event(
+                    pod, note.reason, note.message, note.type, name=name
+                )
+            except KubeError as exc:
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                self._failed(note, pod, name, exc, attempt)
+                return
+        self._count(note, "created" if created else "exists")
+        logs.decision(log, f"Event {note.reason} recorded" if created else
+                      f"Event {note.reason} was already recorded", pod_uid=pod.uid,
+                      pod=f"{pod.namespace}/{pod.name}", event_name=name,
+                      claim_id=getattr(event, "claim_id", None))
+
+    def _failed(self, note: Note, pod: PodIdentity, name: str, exc: KubeError,
+                attempt: int) -> None:
+        """Raise Retry while a later delivery may succeed; else log and let the entry go."""
+        final = exc.status in _FINAL_STATUSES
+        if not final and attempt < self.tuning.event_attempts:
+            delay = backoff.delay(attempt, base=self.tuning.event_retry_base,
+                                  cap=self.tuning.event_retry_cap)
+            log.info("Event %s on Pod %s not recorded yet (%s); delivery %d of %d, next in "
+                     "%.1fs", note.reason, pod.uid, exc, attempt, self.tuning.event_attempts,
+                     delay, extra={"pod_uid": pod.uid, "event_name": name})
+            raise Retry(f"Event {note.reason} on Pod {pod.uid}: {exc}", delay=delay)
+        self._count(note, "failed")
+        why = "the API server refuses it" if final else f"gave up after {attempt} attempts"
+        log.warning("Event %s on Pod %s/%s (%s) not recorded, %s: %s; it is advisory, the audit "
+                    "entry is acknowledged", note.reason, pod.namespace, pod.name, pod.uid, why,
+                    exc, extra={"pod_uid": pod.uid, "event_name": name})
+
+    @staticmethod
+    def _count(note: Note, result: str) -> None:
+        metrics.KUBE_EVENTS.labels(reason=note.reason, result=result).inc()
