@@ -67,16 +67,14 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
 
 
 async def connect_until_ready(config: Config, name: str, stop: asyncio.Event) -> Client | None:
-    """Connect to NATS, retrying with backoff until it answers or the process is told to stop."""
-    attempt = 0
-    while not stop.is_set():
-        attempt += 1
-        try:
-            return await bus.connect(config, name)
-        except Exception as exc:
-            wait = bus.backoff.delay(attempt, base=0.5, cap=10)
-            log.warning("cannot reach NATS at %s (%s); retrying in %.1fs",
-                        ",".join(config.nats_urls), exc, wait)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+    """Connect to NATS (the client retries unreachable servers itself) unless told to stop first."""
+    connecting = asyncio.create_task(bus.connect(config, name), name=f"{name}-connect")
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if connecting.done():
+        return connecting.result()
+    log.warning("stopped before NATS at %s answered", ",".join(config.nats_urls))
+    connecting.cancel()
+    await asyncio.gather(connecting, stopping, return_exceptions=True)
     return None

@@ -105,7 +105,6 @@ class Observer:
         self.foreign_seen: set[str] = set()
         self.claim_removed: dict[str, float] = {}  # Pod UID -> when its claim's removal arrived
         self._subscription: Subscription | None = None
-        self._kv_watch: object | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -139,15 +138,15 @@ class Observer:
         self.wakeups.touch()
 
     async def _on_part(self, msg: Msg) -> None:
+        self.wakeups.touch()  # whatever it says, something changed
         try:
             event = decode(msg.data, PartitionEvent, what="partition event")
         except SchemaError:
-            return  # not ours to judge here; the services dead-letter what they cannot read
+            return  # not ours to judge; what matters is read fresh by the waiters
         if isinstance(event, ForeignFound):
             self.foreign_seen.add(event.instance_uuid)
         elif isinstance(event, ClaimChanged) and event.state == "removed":
             self.claim_removed.setdefault(event.pod_uid, time.monotonic())
-        self.wakeups.touch()
 
     async def _watch_capacity(self) -> None:
         """Every capacity document the allocator publishes is a wake-up."""
