@@ -39,11 +39,25 @@ PLAN_ATTEMPTS = 3  # plans in a row whose placement the driver found taken befor
 class Allocator:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._calls: set[asyncio.Task[pb.ContainerAllocateResponse]] = set()
         self._work: dict[str, asyncio.Task[list[Claim]]] = {}  # claim id -> its realisation
         self._serving: set[tuple[str, str, str]] = set()  # (uid, container, resource) in flight
         self._choosing = asyncio.Lock()
+        self._closing = False
 
     async def allocate(
+        self, offer: Offer, device_ids: Sequence[str]
+    ) -> pb.ContainerAllocateResponse:
+        """Serve one container request. Runs in a task of ours, so that `close` can end it;
+        cancelling the caller (kubelet gave up) cancels it too."""
+        if self._closing:
+            raise Refusal(Result.UNAVAILABLE, "the allocator is stopping; kubelet may retry")
+        call = asyncio.create_task(self._measured(offer, device_ids), name="allocate")
+        self._calls.add(call)
+        call.add_done_callback(self._calls.discard)
+        return await call
+
+    async def _measured(
         self, offer: Offer, device_ids: Sequence[str]
     ) -> pb.ContainerAllocateResponse:
         started = time.perf_counter()
@@ -70,7 +84,13 @@ class Allocator:
             self.ctx.changes.touch()
 
     async def close(self) -> None:
-        """Let realisations kubelet gave up on finish (they leave the store consistent)."""
+        """Stop taking calls, end the ones waiting, and let realisations already started finish
+        (they leave the store consistent: claims active, or abandoned)."""
+        self._closing = True
+        calls = set(self._calls)
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
         pending = set(self._work.values())
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)

@@ -121,11 +121,11 @@ async def _stop(parts: Parts) -> None:
     for task in parts.tasks:
         task.cancel()
     await asyncio.gather(*parts.tasks, return_exceptions=True)
+    await parts.allocator.close()  # before the servers: their handlers wait on these calls
     await parts.registrar.stop()
     if parts.service is not None:
         with contextlib.suppress(Exception):
             await parts.service.stop()
-    await parts.allocator.close()
     await parts.ctx.podres.close()
 
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 import grpc
 import pytest
 from allocator.allocator_harness import FAST, MIG, node_stack, until
+from prometheus_client import REGISTRY
 
 from partkeeper.claims import machine
 from partkeeper.drivers import InstanceSpec
@@ -22,6 +23,11 @@ R3 = MIG + "3g.40gb"
 R4 = MIG + "4g.40gb"
 R7 = MIG + "7g.80gb"
 QUICK = replace(FAST, room_wait_seconds=0.5)
+
+
+def cancelled_calls() -> float:
+    labels = {"resource": R1, "result": "cancelled"}
+    return REGISTRY.get_sample_value("partkeeper_allocations_total", labels) or 0.0
 
 
 async def test_inv7_retried_allocate_returns_the_same_partition(nc, js, node) -> None:
@@ -233,10 +239,12 @@ async def test_cancelled_wait_for_room_writes_nothing(nc, js, node) -> None:
         await n.watcher.add(n.watcher.record("0d1e2f3a-4b5c-4d6e-8f7a-8b9c0d1e2f3a", "b",
                                              {"main": {R1: 1}}))
         asked = len(n.watcher.fresh_asked)
+        before = cancelled_calls()
         call = asyncio.create_task(n.allocate(R1, ["1g.10gb-0"], timeout=30))
         await until(lambda: len(n.watcher.fresh_asked) > asked, "the allocator waits for room")
         call.cancel()  # kubelet gives up on the call
         await asyncio.gather(call, return_exceptions=True)
+        await until(lambda: cancelled_calls() > before, "the allocator ends the call")
         await n.watcher.finish(a)  # room would now be made, but nobody waits for it any more
         await until(lambda: n.healthy(R1) == 0, "tokens of the finished holder stay Unhealthy")
         assert [c.pod_uid for c in await n.claims()] == [a]

@@ -1,0 +1,187 @@
+"""Kubernetes Events from the partition audit log: the watcher in-process, a real nats-server, the
+simulated API server reached by the real client. Entries are published as the allocator and the
+reclaimer publish them (partkeeper.bus.publish)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from typing import Any
+
+import pytest
+from nats.js import JetStreamContext
+from observability.conftest import EVENTS_FAST
+from observability.obs_harness import acknowledged, until_true
+from observability.test_kube_events import MIG, claim, destroy_failed, refused
+from watcher.watcher_harness import log_lines, until
+
+from partkeeper.bus import publish
+from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper.sim.apiserver.testing import pod_manifest
+from schemas import ForeignFound
+from schemas.names import STREAM_DLQ, STREAM_PARTITIONS, dlq_subject, durable_name, parts_subject
+from services.watcher.recorder import SERVICE
+
+DURABLE_OF = lambda node: durable_name(SERVICE, node, STREAM_PARTITIONS)  # noqa: E731
+
+
+def ours(apiserver: ApiServerThread, uid: str) -> list[dict[str, Any]]:
+    return [e for e in apiserver.events() if e["involvedObject"].get("uid") == uid]
+
+
+async def emit(js: JetStreamContext, node: str, event: Any, msg_id: str) -> int:
+    """Publish an audit entry on the node's card subject; returns its stream sequence."""
+    event = dataclasses.replace(event, node=node, at=time.time()) if event.at == 1.0 else event
+    ack = await publish(js, parts_subject(node, getattr(event, "card", None)), event,
+                        msg_id=f"{msg_id}/{uuid.uuid4().hex}")
+    return ack.seq
+
+
+async def all_acknowledged(js: JetStreamContext, node: str, seq: int) -> None:
+    await until_true(lambda: acknowledged(js, STREAM_PARTITIONS, DURABLE_OF(node), seq),
+                     what=f"the Event recorder to acknowledge up to sequence {seq}")
+
+
+async def test_an_allocation_its_blocked_destroy_and_its_reclaim_become_pod_events(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    pod = apiserver.create_pod(pod_manifest("train-0", node=node, namespace="ml"))
+    uid = pod["metadata"]["uid"]
+    await start_watcher()
+    entries = [
+        claim("creating", pod_uid=uid, instance_uuid=None),
+        claim("active", pod_uid=uid),
+        claim("releasing", pod_uid=uid, reason="Pod gone (deleted)"),
+        destroy_failed(pod_uid=uid),  # names no Pod: the watcher's view does
+        claim("removed", pod_uid=uid, reason="instance destroyed or confirmed absent"),
+        refused(pod_uid=uid),
+        refused(pod_uid="", namespace="", name=""),
+        ForeignFound(node=node, at=time.time(), card=0, instance_uuid=MIG, profile="1g.10gb",
+                     start=0, size=2),
+    ]
+    for i, entry in enumerate(entries):
+        last = await emit(js, node, entry, f"e{i}")
+    await all_acknowledged(js, node, last)
+
+    recorded = sorted(ours(apiserver, uid), key=lambda e: e["metadata"]["creationTimestamp"])
+    assert [(e["reason"], e["type"]) for e in recorded] == [
+        ("PartitionAllocated", "Normal"), ("ReclaimBlocked", "Warning"),
+        ("PartitionReclaimed", "Normal"), ("AllocateRefused", "Warning"),
+    ]
+    for event in recorded:
+        assert event["metadata"]["namespace"] == "ml"
+        assert event["metadata"]["name"].startswith("train-0.")
+        assert event["involvedObject"] == {"kind": "Pod", "apiVersion": "v1", "namespace": "ml",
+                                           "name": "train-0", "uid": uid}
+        assert event["source"]["component"] == "partkeeper"
+    allocated, blocked, _, _ = recorded
+    assert "1g.10gb" in allocated["message"] and MIG in allocated["message"]
+    assert "in use after 3 attempt(s)" in blocked["message"]
+    assert len(apiserver.events()) == len(recorded), "an entry naming no Pod recorded something"
+
+
+async def test_the_same_fact_published_twice_records_one_event(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    await start_watcher()
+    uid = str(uuid.uuid4())
+    active = claim("active", pod_uid=uid, node=node, at=time.time())
+    await emit(js, node, active, "first")
+    last = await emit(js, node, active, "second")  # another msg id: the stream keeps both
+    await all_acknowledged(js, node, last)
+    (event,) = ours(apiserver, uid)
+    assert event["reason"] == "PartitionAllocated"
+    assert log_lines_with(apiserver, uid) == 1
+
+
+def log_lines_with(apiserver: ApiServerThread, uid: str) -> int:
+    return len(ours(apiserver, uid))
+
+
+async def test_an_event_is_recorded_for_a_pod_already_gone(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    await start_watcher()
+    uid = str(uuid.uuid4())  # never in the API server: deleted before the reclaim finished
+    last = await emit(js, node, claim("removed", pod_uid=uid, namespace="batch", name="done-7",
+                                      reason="instance destroyed"), "gone")
+    await all_acknowledged(js, node, last)
+    (event,) = ours(apiserver, uid)
+    assert event["reason"] == "PartitionReclaimed"
+    assert event["involvedObject"]["name"] == "done-7"
+
+
+@pytest.mark.parametrize("payload", [
+    b"{not json",
+    b'{"v": 9, "type": "ClaimChanged"}',
+    b'{"v": 1, "type": "ClaimChanged", "node": "n"}',
+], ids=["not-json", "unknown-version", "missing-fields"])
+async def test_an_undecodable_entry_is_dead_lettered(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str,
+    payload: bytes,
+) -> None:
+    await start_watcher()
+    ack = await js.publish(parts_subject(node, 0), payload)
+    await all_acknowledged(js, node, ack.seq)
+    dead = await js.get_last_msg(STREAM_DLQ, dlq_subject(node, SERVICE))
+    assert dead.data == payload
+    assert dead.headers is not None
+    assert dead.headers["Pk-Original-Subject"] == parts_subject(node, 0)
+    assert dead.headers["Pk-Error"]
+    assert apiserver.events() == []
+
+
+async def test_an_entry_naming_an_impossible_pod_is_dead_lettered(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    await start_watcher()
+    last = await emit(js, node, claim("active", pod_uid="../../etc", node=node, at=time.time()),
+                      "odd")
+    await all_acknowledged(js, node, last)
+    dead = await js.get_last_msg(STREAM_DLQ, dlq_subject(node, SERVICE))
+    assert dead.headers is not None and "not a lowercase RFC 4122 UUID" in dead.headers["Pk-Error"]
+    assert apiserver.events() == []
+
+
+async def test_a_failed_create_is_retried_until_the_api_server_answers(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await start_watcher(dataclasses.replace(EVENTS_FAST, event_attempts=1000,
+                                            event_retry_cap=0.1))
+    uid = str(uuid.uuid4())
+    apiserver.set_unavailable(True)
+    last = await emit(js, node, claim("active", pod_uid=uid, node=node, at=time.time()), "r")
+    await until(lambda: log_lines(caplog, "not recorded yet"), 20, "a failed create")
+    apiserver.set_unavailable(False)
+    await all_acknowledged(js, node, last)
+    (event,) = ours(apiserver, uid)
+    assert event["reason"] == "PartitionAllocated"
+
+
+async def test_retries_are_bounded_and_the_entry_is_then_acknowledged(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await start_watcher()  # EVENTS_FAST: 4 deliveries
+    uid = str(uuid.uuid4())
+    apiserver.set_unavailable(True)
+    last = await emit(js, node, claim("active", pod_uid=uid, node=node, at=time.time()), "b")
+    await all_acknowledged(js, node, last)
+    assert log_lines(caplog, "gave up after 4 attempts")
+    apiserver.set_unavailable(False)
+    assert ours(apiserver, uid) == []
+    info = await js.stream_info(STREAM_DLQ, subjects_filter=dlq_subject(node, SERVICE))
+    assert not (info.state.subjects or {}), "an advisory Event was dead-lettered"
+
+
+async def test_an_entry_older_than_the_event_ttl_records_nothing(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    await start_watcher()
+    uid = str(uuid.uuid4())
+    old = claim("active", pod_uid=uid, node=node, at=time.time() - 2 * 3600)
+    last = await emit(js, node, old, "old")
+    await all_acknowledged(js, node, last)
+    assert ours(apiserver, uid) == []
