@@ -112,8 +112,17 @@ def _abandonment(doc: CardClaims, claim_id: str) -> CardClaims:
 
 
 async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
-    """Remove a claim this Allocate wrote and never activated (no instance of it exists now)."""
-    await ctx.store.update(claim.card, functools.partial(_abandonment, claim_id=claim.id))
+    """Remove a claim this Allocate wrote and never activated (no instance of it exists now).
+
+    If the store cannot be written, the claim stays: it still only reserves room, its tokens go
+    Unhealthy once kubelet fails the Pod, and the reclaimer removes it then.
+    """
+    try:
+        await ctx.store.update(claim.card, functools.partial(_abandonment, claim_id=claim.id))
+    except Exception as exc:
+        decision(log, f"could not abandon the claim ({exc}); it is left to the reclaimer",
+                 pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
+        return
     decision(log, f"abandoned claim: {reason}", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="removed")
     await events.claim_changed(ctx.js, ctx.node, claim, "removed", reason=reason)

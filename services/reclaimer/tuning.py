@@ -22,7 +22,7 @@ class Tuning:
     create_timeout: float = 60.0  # protocol.md: how long a never-activated claim is waited for
     event_patience: float = 10.0  # how long one delivery waits for progressing destroys
     event_redelivery_cap: float = 30.0
-    now_wait: float = 20.0  # reclaim.now waits this long for its destroys (allocator waits ~30s)
+    now_wait: float = 8.0  # reclaim.now answers within this; the allocator asks with a 10 s timeout
     watcher_timeout: float = 2.0
 
 

@@ -136,7 +136,7 @@ class EventRecorder:
         logs.decision(log, f"Event {note.reason} recorded" if created else
                       f"Event {note.reason} was already recorded", pod_uid=pod.uid,
                       pod=f"{pod.namespace}/{pod.name}", event_name=name,
-                      claim_id=getattr(event, "claim_id", None))
+                      card=getattr(event, "card", None), claim_id=getattr(event, "claim_id", None))
 
     def _failed(self, note: Note, pod: PodIdentity, name: str, exc: KubeError,
                 attempt: int) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+from opentelemetry.trace import SpanKind
 
 from partkeeper import faults
 from partkeeper.bus import publish
@@ -151,7 +152,8 @@ class PodView:
             if event is not None:
                 name = type(event).__name__
                 with self._tracer.start_as_current_span(
-                    f"watcher {name}", attributes=_span_attributes(decision)
+                    f"watcher {name}", kind=SpanKind.PRODUCER,
+                    attributes=_span_attributes(decision),
                 ):
                     await faults.reach("watcher.before_publish")
                     await publish(self.js, pods_subject(self.node, uid), event,

@@ -53,11 +53,18 @@ async def test_inv5_releasing_claim_tokens_unhealthy_until_destroy_confirmed(
         await asyncio.to_thread(n.driver.destroy, inst)  # destroyed, claim not yet removed
         await until(lambda: n.kubelet.devices(R1) and n.healthy(R1) == 6, "still 6")
 
+        seen: list[NodeCapacity | None] = []
+
         async def published_six() -> bool:
             doc = await capacity_doc(js, node)
+            seen[:] = [doc]
             return doc is not None and doc.cards[0].instances == [] and \
                 doc.resources[R1].healthy == 6 and doc.cards[0].pending_reclaims == 1
-        await until(published_six, "pk-capacity says the slot is not free yet")
+        try:
+            await until(published_six, "pk-capacity says the slot is not free yet")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last document: {seen}; kubelet: {n.devices(R1)}; "
+                                 f"instances: {await n.instances()}") from None
         assert n.devices(R1)[token] == "Unhealthy"
         doc = await capacity_doc(js, node)
         assert doc.resources[R7].healthy == 0  # the claim alone still covers slice 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from observability.entries import MIG, UID, claim, destroy_failed, refused
 
 from schemas import ForeignFound, ForeignGone, PartitionEvent, WorkdirCollected

@@ -1,0 +1,125 @@
+"""The watcher as a process (`python -m services.watcher`): the spans it exports over OTLP, the
+trace context its Pod events carry, and its /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from nats.js import JetStreamContext
+from observability.obs_harness import DEADLINE, Captured, scrape, until_true
+from observability.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper.sim.apiserver.testing import pod_manifest
+from partkeeper.telemetry import tracing
+from partkeeper.testing.natsserver import free_port
+from schemas.names import STREAM_PARTITIONS, durable_name, pods_filter
+from services.watcher.recorder import SERVICE
+
+SPAN_KIND_PRODUCER = 4  # opentelemetry.proto.trace.v1.Span.SpanKind
+
+
+@pytest.fixture
+async def captured(js: JetStreamContext, node: str) -> AsyncIterator[Captured]:
+    seen = Captured()
+    sub = await js.subscribe(pods_filter(node), cb=seen.on_msg, ordered_consumer=True)
+    yield seen
+    await sub.unsubscribe()
+
+
+def otlp_env(receiver: OtlpReceiver, **extra: str) -> dict[str, str]:
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        **extra,
+    }
+
+
+async def delete_and_wait(
+    apiserver: ApiServerThread, captured: Captured, node: str, name: str
+) -> tuple[str, dict[str, str]]:
+    """Create a Pod, wait for its PodSeen, delete it; returns its UID and PodGone's headers."""
+    uid = apiserver.create_pod(pod_manifest(name, node=node))["metadata"]["uid"]
+    await captured.wait_for(uid, "PodSeen")
+    apiserver.delete_pod("default", name, grace_period_seconds=0)
+    return uid, await captured.wait_for(uid, "PodGone")
+
+
+def is_span(uid: str, event: str) -> Any:
+    def matches(span: ReceivedSpan) -> bool:
+        return (span.name == f"watcher {event}" and span.attributes.get("pk.pod_uid") == uid
+                and span.attributes.get("pk.event") == event)
+
+    return matches
+
+
+async def test_the_watchers_spans_reach_the_collector_and_podgone_carries_their_trace(
+    apiserver: ApiServerThread, receiver: OtlpReceiver, spawn: Any, captured: Captured,
+    node: str,
+) -> None:
+    watcher = await spawn(**otlp_env(receiver, OTEL_SERVICE_NAME="watcher-under-test"))
+    uid, headers = await delete_and_wait(apiserver, captured, node, "traced")
+
+    seen = await receiver.wait_for_span(is_span(uid, "PodSeen"), DEADLINE)
+    gone = await receiver.wait_for_span(is_span(uid, "PodGone"), DEADLINE)
+    assert gone.service == seen.service == "watcher-under-test"
+    assert gone.kind == SPAN_KIND_PRODUCER and gone.parent_id is None
+    assert gone.attributes["pk.pod"] == "default/traced"
+    assert gone.attributes["pk.reason"]
+    # The reclaimer continues this trace: PodGone's traceparent names the exported span.
+    assert tracing.trace_id_of(headers) == gone.trace_id
+    assert headers["traceparent"].split("-")[2] == gone.span_id
+    assert gone.trace_id != seen.trace_id, "two facts of one Pod share a trace"
+    assert await watcher.terminate() == 0
+
+
+async def test_spans_still_buffered_are_exported_when_the_watcher_stops(
+    apiserver: ApiServerThread, receiver: OtlpReceiver, spawn: Any, captured: Captured,
+    node: str,
+) -> None:
+    # A schedule delay far beyond the test: only the flush at shutdown can export them.
+    watcher = await spawn(**otlp_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000"))
+    uid, _ = await delete_and_wait(apiserver, captured, node, "flushed")
+    assert await watcher.terminate() == 0
+    (gone,) = receiver.find(is_span(uid, "PodGone"))
+    assert gone.service == "partkeeper-watcher"
+
+
+async def test_no_span_is_exported_when_the_exporter_is_none(
+    apiserver: ApiServerThread, receiver: OtlpReceiver, spawn: Any, captured: Captured,
+    node: str,
+) -> None:
+    watcher = await spawn(**otlp_env(receiver, OTEL_TRACES_EXPORTER="none"))
+    _, headers = await delete_and_wait(apiserver, captured, node, "quiet")
+    assert await watcher.terminate() == 0
+    assert tracing.trace_id_of(headers) is not None, "context must travel even unexported"
+    assert receiver.requests == 0
+
+
+async def test_pod_events_move_the_counter_on_metrics(
+    apiserver: ApiServerThread, spawn: Any, captured: Captured, node: str
+) -> None:
+    port = free_port()
+    watcher = await spawn(PK_METRICS_PORT=str(port))
+    uid = apiserver.create_pod(pod_manifest("counted", node=node))["metadata"]["uid"]
+    await captured.wait_for(uid, "PodSeen")
+
+    def count(kind: str) -> float:
+        return scrape(port).get(("partkeeper_pod_events_total", (("type", kind),)), 0.0)
+
+    async def moved(kind: str) -> bool:
+        return await asyncio.to_thread(count, kind) >= 1
+
+    await until_true(lambda: moved("PodSeen"), what="PodSeen counted on /metrics")
+    assert await asyncio.to_thread(count, "PodGone") == 0
+    apiserver.delete_pod("default", "counted", grace_period_seconds=0)
+    await captured.wait_for(uid, "PodGone")
+    await until_true(lambda: moved("PodGone"), what="PodGone counted on /metrics")
+    samples = await asyncio.to_thread(scrape, port)
+    durable = durable_name(SERVICE, node, STREAM_PARTITIONS)
+    assert ("partkeeper_consumer_lag", (("consumer", durable),)) in samples
+    assert await watcher.terminate() == 0
