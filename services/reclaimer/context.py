@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.base import Driver, DriverError, Instance
+from schemas import Claim
 from services.reclaimer.audit import Audit
 from services.reclaimer.tuning import Tuning
 
@@ -33,6 +34,7 @@ class Context:
     audit: Audit
     tuning: Tuning
     _locks: dict[int, asyncio.Lock] = field(default_factory=dict)
+    _cards: list[int] | None = None
 
     @property
     def node(self) -> str:
@@ -40,6 +42,21 @@ class Context:
 
     def card_lock(self, card: int) -> asyncio.Lock:
         return self._locks.setdefault(card, asyncio.Lock())
+
+    async def cards(self) -> list[int]:
+        """The node's card indices (read once: cards do not come and go while we run).
+
+        Claim reads name these cards explicitly, so a claims document is read by its key even if
+        the bucket's key listing were to miss it. Raises DriverError while it cannot be read.
+        """
+        if self._cards is None:
+            self._cards = [c.index for c in await asyncio.to_thread(self.driver.cards)]
+        return self._cards
+
+    async def claims(self) -> list[Claim]:
+        """Every claim of the node. Raises StoreReadError or DriverError, never a partial list."""
+        docs = await self.store.read_all(await self.cards())
+        return [c for doc, _ in docs.values() for c in doc.claims.values()]
 
     async def instances(self, card: int) -> list[Instance] | None:
         """The card's instances, or None when the enumeration failed (never 'none exist')."""

@@ -14,6 +14,7 @@ import logging
 from partkeeper.bus import Permanent, Retry
 from partkeeper.bus.consumer import Delivery
 from partkeeper.claims import StoreReadError
+from partkeeper.drivers.base import DriverError
 from partkeeper.telemetry.logs import decision
 from schemas import Claim, PodEvent, PodFinished, PodGone, PodSeen
 from schemas.pods import InvalidPodUID, validate_pod_uid
@@ -26,9 +27,8 @@ log = logging.getLogger(__name__)
 
 
 async def claims_of(ctx: Context, uid: str) -> list[Claim]:
-    """Every claim of Pod `uid` on this node. Raises StoreReadError (never a partial answer)."""
-    docs = await ctx.store.read_all()
-    return [c for doc, _ in docs.values() for c in doc.claims.values() if c.pod_uid == uid]
+    """Every claim of Pod `uid` on this node. Raises StoreReadError or DriverError."""
+    return [c for c in await ctx.claims() if c.pod_uid == uid]
 
 
 def evidence_of(event: PodGone | PodFinished) -> Evidence:
@@ -56,7 +56,7 @@ class PodEventHandler:
             )
         try:
             claims = await claims_of(self.ctx, event.uid)
-        except StoreReadError as exc:
+        except (StoreReadError, DriverError) as exc:
             raise Retry(f"Pod {event.uid}: claims unreadable ({exc}); will redeliver") from exc
         evidence = evidence_of(event)
         if not claims:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from partkeeper.claims import StoreReadError
+from partkeeper.drivers.base import DriverError
 from partkeeper.telemetry.logs import decision
 from schemas import Claim, ReclaimNow, ReclaimNowReply, ReclaimOutcome
 from services.reclaimer.context import Context
@@ -28,12 +29,11 @@ class ReclaimNowHandler:
     async def __call__(self, req: ReclaimNow) -> ReclaimNowReply:
         wanted = list(dict.fromkeys(req.claim_ids))
         try:
-            docs = await self.ctx.store.read_all()
-        except StoreReadError as exc:
+            index = {c.id: c for c in await self.ctx.claims()}
+        except (StoreReadError, DriverError) as exc:
             why = f"the claims could not be read ({exc}); nothing was destroyed"
             return ReclaimNowReply(outcomes=[ReclaimOutcome(claim_id=c, done=False, reason=why)
                                              for c in wanted])
-        index = {c.id: c for doc, _ in docs.values() for c in doc.claims.values()}
         refused: dict[str, str] = {}
         started: dict[str, Job] = {}
         pods: dict[str, Evidence] = {}
