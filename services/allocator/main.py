@@ -32,7 +32,7 @@ from services.allocator.options import Options
 from services.allocator.plugin import Board
 from services.allocator.podresources import PodResources
 from services.allocator.podview import PodView
-from services.allocator.recompute import Recompute, poll_hardware, watch_claims
+from services.allocator.recompute import Recompute, watch_claims
 from services.allocator.registration import PluginServer, Registrar
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ async def _start(parts: Parts) -> None:
     for server in parts.servers:
         await server.start()
     parts.spawn(parts.registrar.run(), "allocator registration")
-    parts.spawn(poll_hardware(ctx), "allocator hardware poll")
+    parts.spawn(parts.recompute.poll_hardware(), "allocator hardware poll")
 
 
 async def _stop(parts: Parts) -> None:

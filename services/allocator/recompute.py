@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 
 from nats.js.kv import KeyValue
 
 from partkeeper.bus import backoff
+from partkeeper.drivers import Instance
 from partkeeper.telemetry import metrics
 from schemas import NodeCapacity, encode
 from schemas.names import capacity_key, claims_prefix
@@ -41,6 +43,9 @@ class Recompute:
         self.capacity_kv = capacity_kv
         self.published: NodeCapacity | None = None
         self.failures = 0
+        # The instances the last pass advertised: the hardware poll compares against these, not
+        # against its own previous reading, so a change it saw only the end of is not missed.
+        self.advertised: Mapping[int, tuple[Instance, ...]] | None = None
 
     async def run(self, first: asyncio.Event) -> None:
         """Recompute on every change until cancelled; `first` is set after the first full pass."""
@@ -68,12 +73,23 @@ class Recompute:
             asyncio.get_running_loop().call_later(wait, self.ctx.changes.touch)
             return False
         self.failures = 0
+        self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
             self.boards[resource].post(health)
         _record_metrics(self.ctx, advert.capacity)
         await self._publish(advert.capacity)
         return True
+
+    async def poll_hardware(self) -> None:
+        """Touch when the cards' instances differ from the ones last advertised: instances made
+        or destroyed outside partkeeper change no claim, so nothing else would notice."""
+        while True:
+            with contextlib.suppress(SnapshotError):
+                current = await read_instances(self.ctx)
+                if self.advertised is not None and current != self.advertised:
+                    self.ctx.changes.touch()
+            await asyncio.sleep(self.ctx.options.hardware_poll_seconds)
 
     async def _publish(self, doc: NodeCapacity) -> None:
         if same(doc, self.published):
@@ -120,14 +136,3 @@ async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None
         ctx.changes.touch()
 
 
-async def poll_hardware(ctx: Context) -> None:
-    """Touch when the cards' instances differ from the last enumeration (foreign changes)."""
-    last: object = None
-    while True:
-        with contextlib.suppress(SnapshotError):
-            current = await read_instances(ctx)
-            if current != last:
-                if last is not None:
-                    ctx.changes.touch()
-                last = current
-        await asyncio.sleep(ctx.options.hardware_poll_seconds)

@@ -25,7 +25,7 @@ from partkeeper.telemetry.logs import decision
 from schemas import CardClaims
 from services.reclaimer import foreign
 from services.reclaimer.context import Context
-from services.reclaimer.decide import DEAD, Step, decide, sighting
+from services.reclaimer.decide import Step, decide, sighting
 from services.reclaimer.jobs import Jobs
 from services.reclaimer.pods import Evidence, ask
 
@@ -118,8 +118,6 @@ class Reconciler:
                                 create_timeout=self.ctx.tuning.create_timeout)
                 if chosen.step is Step.KEEP:
                     continue
-                if chosen.step is Step.RELEASE and evidence.pod not in DEAD:
-                    evidence = Evidence(evidence.pod, f"reconcile: {chosen.why}")
                 decision(log, "reconcile hands claim over", pod_uid=claim.pod_uid, card=card,
                          claim_id=claim.id, step=str(chosen.step), why=chosen.why)
                 self.jobs.ensure(card, claim.id, evidence)

@@ -60,6 +60,7 @@ async def attempt(
     try:
         doc, _ = await ctx.store.read(card)
     except StoreReadError as exc:
+        log.warning("claims of card %d unreadable: %s; retrying", card, exc)
         return Later(retry_delay(failures + 1, ctx.tuning), f"claims unreadable: {exc}")
     claim = doc.claims.get(claim_id)
     if claim is None:
@@ -70,6 +71,7 @@ async def attempt(
     try:
         return await _take(ctx, claim, chosen, evidence, failures)
     except (StoreReadError, ConflictExhausted) as exc:
+        _log(claim, "claims store refused the step", str(exc), level=logging.WARNING)
         return Later(retry_delay(failures + 1, ctx.tuning), f"claims store: {exc}")
 
 

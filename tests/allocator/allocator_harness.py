@@ -11,6 +11,7 @@ import contextlib
 import shutil
 import tempfile
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -179,6 +180,8 @@ async def node_stack(
         if task.done():
             task.result()  # the allocator must not have stopped on its own: show why it did
     finally:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            traceback.print_exception(task.exception())  # why the allocator stopped early
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await kubelet.stop()

@@ -77,6 +77,8 @@ async def start_reclaimer(nc: Client, js, config: Config) -> AsyncIterator[Start
         return task
 
     yield start
+    crashed = [t for t in tasks if t.done() and not t.cancelled() and t.exception()]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    assert not crashed, f"the reclaimer crashed during the test: {crashed[0].exception()!r}"

@@ -149,6 +149,11 @@ class AuditLog:
         return [e for e in self.events
                 if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())]
 
+    async def wait(self, kind: type, **match: object) -> list:
+        """The matching events, once at least one has arrived (stored events arrive in order)."""
+        await until(lambda: bool(self.of(kind, **match)), f"{kind.__name__} {match} audited")
+        return self.of(kind, **match)
+
 
 @dataclass
 class Hands:

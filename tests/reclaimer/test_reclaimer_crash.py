@@ -81,8 +81,7 @@ async def test_a_crash_between_steps_converges_after_restart(
         await until(lambda: hands.removed(claim), "the claim is removed after the restart")
         assert not await hands.exists(inst)
         assert not hands.descriptor(claim, inst).exists()
-        await until(lambda: bool(audit.of(ClaimChanged, claim_id=claim.id, state="removed")),
-                    "the removal is in the audit log")
+        await audit.wait(ClaimChanged, claim_id=claim.id, state="removed")
     finally:
         assert await stop(second) == 0, log.read_text()[-2000:]
     assert [e.state for e in audit.of(ClaimChanged, claim_id=claim.id)] == [

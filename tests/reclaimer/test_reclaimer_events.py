@@ -33,6 +33,7 @@ async def test_pod_gone_releases_destroys_and_removes_then_acks(
         assert await hands.claim(c) is None
         assert not await hands.exists(i)
         assert not hands.descriptor(c, i).exists()
+        await audit.wait(ClaimChanged, claim_id=c.id, state="removed")
         states = [e.state for e in audit.of(ClaimChanged, claim_id=c.id)]
         assert states == ["releasing", "removed"]
     assert not (hands.pods_dir / uid).exists()  # the empty container and Pod dirs went too
@@ -91,6 +92,7 @@ async def test_events_twice_or_out_of_order_change_nothing_more(
     ]
     await until(lambda: hands.acked(max(seqs)), "every event is acknowledged")
     assert await hands.claim(claim) is None and not await hands.exists(inst)
+    await audit.wait(ClaimChanged, claim_id=claim.id, state="removed")
     assert [e.state for e in audit.of(ClaimChanged, claim_id=claim.id)] == [
         "releasing", "removed"]
     assert (await hands.claim(keep)).state == "active" and await hands.exists(keep_inst)
@@ -105,8 +107,7 @@ async def test_in_use_then_released_then_destroyed(
     failures = _sample("partkeeper_destroy_failures_total", reason="in_use")
     await start_reclaimer()
     seq = await hands.gone(uid)
-    await until(lambda: bool(audit.of(DestroyFailed, claim_id=claim.id)), "DestroyFailed")
-    [failed] = audit.of(DestroyFailed, claim_id=claim.id)
+    [failed] = await audit.wait(DestroyFailed, claim_id=claim.id)
     assert failed.reason == "in_use" and failed.attempts == 3 and failed.pod_uid == uid
     held = await hands.claim(claim)
     assert held is not None and held.state == "releasing" and held.release_attempts >= 3
@@ -148,8 +149,7 @@ async def test_a_claim_released_mid_create_is_left_to_the_allocators_rollback(
     claim = await hands.begin(uid, start=4)
     await start_reclaimer()
     seq = await hands.gone(uid)
-    await until(lambda: bool(audit.of(ClaimChanged, claim_id=claim.id, state="releasing")),
-                "the creating claim is marked releasing")
+    await audit.wait(ClaimChanged, claim_id=claim.id, state="releasing")
     inst = await hands.create(claim)  # the allocator's create completes after the release
     assert not await hands.acked(seq)
     # The allocator's activation finds the claim releasing: it undoes its own create.

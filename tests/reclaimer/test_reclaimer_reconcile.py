@@ -61,7 +61,7 @@ async def test_a_claim_of_a_pod_confirmed_gone_is_released_without_any_event(
     await start_reclaimer()
     await until(lambda: hands.removed(claim), "the claim is removed")
     assert not await hands.exists(inst) and not hands.descriptor(claim, inst).exists()
-    [released] = audit.of(ClaimChanged, claim_id=claim.id, state="releasing")
+    [released] = await audit.wait(ClaimChanged, claim_id=claim.id, state="releasing")
     assert "pods.get" in released.reason and "gone" in released.reason
 
 
@@ -74,9 +74,9 @@ async def test_a_claim_whose_instance_vanished_is_removed_and_reported(
     await asyncio.to_thread(hands.driver.destroy, inst)  # by hand, behind everyone's back
     await start_reclaimer()
     await until(lambda: hands.removed(claim), "the claim is removed")
-    [released] = audit.of(ClaimChanged, claim_id=claim.id, state="releasing")
+    [released] = await audit.wait(ClaimChanged, claim_id=claim.id, state="releasing")
     assert "vanished" in released.reason
-    assert audit.of(ClaimChanged, claim_id=claim.id, state="removed")
+    await audit.wait(ClaimChanged, claim_id=claim.id, state="removed")
 
 
 async def test_a_foreign_instance_is_reported_once_counted_and_kept(
@@ -87,14 +87,13 @@ async def test_a_foreign_instance_is_reported_once_counted_and_kept(
     await hands.allocate(counter, card=1)
     carved = await asyncio.to_thread(hands.driver.carve, 0, "1g.10gb", 4)
     await start_reclaimer(foreign_grace_seconds=0.0)  # policy keep: the grace is irrelevant
-    await until(lambda: bool(audit.of(ForeignFound, instance_uuid=carved.uuid)), "ForeignFound")
+    await audit.wait(ForeignFound, instance_uuid=carved.uuid)
     await passes(watcher, counter, 3)
     assert len(audit.of(ForeignFound, instance_uuid=carved.uuid)) == 1
     assert await hands.exists(carved)
     assert REGISTRY.get_sample_value("partkeeper_foreign_instances") == 1
     await asyncio.to_thread(hands.driver.destroy, carved)  # the operator removes it
-    await until(lambda: bool(audit.of(ForeignGone, instance_uuid=carved.uuid)), "ForeignGone")
-    [gone] = audit.of(ForeignGone, instance_uuid=carved.uuid)
+    [gone] = await audit.wait(ForeignGone, instance_uuid=carved.uuid)
     assert not gone.reaped
 
 
@@ -108,8 +107,7 @@ async def test_reap_destroys_only_idle_foreign_instances_after_the_grace(
     busy = await asyncio.to_thread(hands.driver.carve, 0, "1g.10gb", 2)
     await asyncio.to_thread(hands.driver.set_busy, busy.uuid, True)
     await start_reclaimer(foreign_policy="reap", foreign_grace_seconds=0.5)
-    await until(lambda: bool(audit.of(ForeignGone, instance_uuid=idle.uuid)), "idle one reaped")
-    [gone] = audit.of(ForeignGone, instance_uuid=idle.uuid)
+    [gone] = await audit.wait(ForeignGone, instance_uuid=idle.uuid)
     assert gone.reaped and not await hands.exists(idle)
     found = audit.of(ForeignFound, instance_uuid=idle.uuid)[0]
     assert gone.at - found.at >= 0.5  # not before its grace period
@@ -142,5 +140,5 @@ async def test_a_pass_with_a_failing_driver_list_destroys_nothing(
     assert {i["uuid"] for i in listed} == {doomed_inst.uuid, orphan.uuid}
     # Once the driver reads again, the same passes act: the test would catch a fail-open pass.
     await until(lambda: hands.removed(doomed), "the gone Pod's claim is reclaimed")
-    await until(lambda: bool(audit.of(ForeignGone, instance_uuid=orphan.uuid)), "orphan reaped")
+    await audit.wait(ForeignGone, instance_uuid=orphan.uuid)
     assert await hands.exists(kept_inst)
