@@ -1,1 +1,2 @@
-"""Benchmarks: `python -m bench.<name>` prints figures; they are not tests."""
+"""Benchmarks: `python -m bench` runs them all and writes docs/benchmarks.md; `python -m
+bench.<name>` runs one and prints its figures. They are not tests: nothing asserts a timing."""

@@ -57,7 +57,7 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     if leaked and not os.environ.get("PK_ALLOW_TASK_LEAKS"):
         for task in leaked:
             task.cancel()
-        pytest.fail(f"test left {len(leaked)} task(s) running: {[t.get_name() for t in leaked]}")
+        pytest.fail(f"test left {len(leaked)} task(s) running: {[(t.get_name(), t.get_coro()) for t in leaked]}")
 
 
 def _is_library_task(task: asyncio.Task[object]) -> bool:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,17 @@ from nats.aio.client import Client
 
 from partkeeper.config import Config, ConfigError, load
 from partkeeper.drivers import profiles
+from partkeeper.faults import FaultSpecError
 from partkeeper.stack import readiness
 from partkeeper.stack.layout import Layout, write_env
 from partkeeper.stack.natsserver import binary, free_port
-from partkeeper.stack.processes import ChildExited, StackError, Supervisor, describe_exit
+from partkeeper.stack.processes import (
+    Child,
+    ChildExited,
+    StackError,
+    Supervisor,
+    describe_exit,
+)
 from schemas.names import (
     SERVICE_ALLOCATOR,
     SERVICE_RECLAIMER,
@@ -61,6 +67,7 @@ class Stack:
     api_url: str
     config: Config  # what the services were started with
     nc: Client  # up's own connection, for readiness and the demo
+    envs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per service
 
     @property
     def kubeconfig(self) -> Path:
@@ -104,24 +111,40 @@ def offered_resources(config: Config) -> list[str]:
     return found
 
 
-async def launch(layout: Layout, supervisor: Supervisor) -> Stack:
-    """Start everything and return once it is all ready; raises StackError/ChildExited."""
+async def launch(
+    layout: Layout,
+    supervisor: Supervisor,
+    *,
+    nats_url: str | None = None,
+    overrides: Mapping[str, Mapping[str, str]] | None = None,
+    credentials: tuple[str, str] | None = None,
+) -> Stack:
+    """Start everything and return once it is all ready; raises StackError/ChildExited.
+
+    `nats_url` (comma separated) names NATS servers someone else runs (a cluster, a server with
+    an authorization config) instead of starting one; `overrides` adds variables per service
+    (credentials, PK_FAULTS, PK_STREAM_REPLICAS), after the ones `up` drops from its own;
+    `credentials` (user, password) are for the stack's own connection (readiness, probes).
+    """
     port = free_port()
-    nats_url = f"nats://127.0.0.1:{port}"
+    own_nats = nats_url is None
+    nats_url = nats_url or f"nats://127.0.0.1:{port}"
     env = service_env(layout, nats_url, os.environ)
+    envs = {name: {**env, **(overrides or {}).get(name, {})} for name in SERVICES}
     try:
-        config = load(env)  # the services would refuse it one by one; say it once, up front
-    except ConfigError as exc:
+        # The services would refuse a bad value one by one; say it once, up front.
+        config = [load(envs[name]) for name in SERVICES][SERVICES.index("allocator")]
+    except (ConfigError, FaultSpecError) as exc:
         raise StackError(f"the services cannot start with this environment: {exc}") from exc
-    await _start_nats(layout, supervisor, port)
+    if own_nats:
+        await _start_nats(layout, supervisor, port)
     guard = supervisor.guard
-    nc = await guard(readiness.connect_nats(nats_url), timeout=NATS_READY_SECONDS,
-                     what="the NATS server", log=layout.log("nats"))
+    nc = await guard(readiness.connect_nats(nats_url, *(credentials or ())),
+                     timeout=NATS_READY_SECONDS, what="the NATS server", log=layout.log("nats"))
     try:
         cluster = await _start_cluster(layout, supervisor)
         for name in SERVICES:
-            await supervisor.start(name, [sys.executable, "-m", "partkeeper", "run", name],
-                                   log_path=layout.log(name), env=env, tier=TIER_SERVICES)
+            await start_service(layout, supervisor, name, envs[name])
         await _services_ready(layout, supervisor, nc)
         await guard(readiness.kubelet_offers(layout.cluster.pod_resources_socket,
                                              offered_resources(config)),
@@ -131,24 +154,33 @@ async def launch(layout: Layout, supervisor: Supervisor) -> Stack:
     except BaseException:
         await nc.close()
         raise
-    stack = Stack(layout, NODE, nats_url, str(cluster["api"]), config, nc)
+    stack = Stack(layout, NODE, nats_url, str(cluster["api"]), config, nc, envs)
     write_env(layout.env_file, stack.shell_env())
     return stack
 
 
+async def start_service(
+    layout: Layout, supervisor: Supervisor, name: str, env: Mapping[str, str]
+) -> Child:
+    """Start one service process (`partkeeper run <name>`); also how a test restarts one."""
+    return await supervisor.start(name, [sys.executable, "-m", "partkeeper", "run", name],
+                                  log_path=layout.log(name), env=env, tier=TIER_SERVICES)
+
+
 async def _services_ready(layout: Layout, supervisor: Supervisor, nc: Client) -> None:
-    """Each micro service answers its ping, and the GC's durable consumer exists."""
     deadline = time.monotonic() + SERVICES_READY_SECONDS
-    waits: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-        (service, functools.partial(readiness.answers_ping, nc, name))
-        for service, name in MICRO_SERVICES.items()
-    ]
-    waits.append(("gc", functools.partial(readiness.consumer_exists, nc, STREAM_PODS,
-                                          durable_name("gc", NODE))))
-    for service, wait in waits:
-        await supervisor.guard(wait(), timeout=max(0.0, deadline - time.monotonic()),
+    for service in SERVICES:
+        await supervisor.guard(service_ready(nc, service),
+                               timeout=max(0.0, deadline - time.monotonic()),
                                what=f"the {service} service answering on NATS",
                                log=layout.log(service))
+
+
+def service_ready(nc: Client, service: str) -> Awaitable[None]:
+    """Each micro service answers its ping; the GC (no micro service) has its durable consumer."""
+    if service in MICRO_SERVICES:
+        return readiness.answers_ping(nc, MICRO_SERVICES[service])
+    return readiness.consumer_exists(nc, STREAM_PODS, durable_name("gc", NODE))
 
 
 async def _start_nats(layout: Layout, supervisor: Supervisor, port: int) -> None:

@@ -82,11 +82,16 @@ class Supervisor:
         self._children: list[Child] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._released: set[int] = set()  # pids whose end is expected (killed or restarted)
         self._died: asyncio.Future[Child] | None = None
 
     @property
     def children(self) -> tuple[Child, ...]:
         return tuple(self._children)
+
+    @property
+    def released(self) -> frozenset[int]:
+        return frozenset(self._released)
 
     def _death(self) -> asyncio.Future[Child]:
         if self._died is None:
@@ -119,8 +124,24 @@ class Supervisor:
         await child.proc.wait()
         self._record()
         died = self._death()
-        if not self._stopping and not died.done():
+        if not self._stopping and child.pid not in self._released and not died.done():
             died.set_result(child)
+
+    def release(self, child: Child) -> None:
+        """From now on `child` may end without that counting as a death of the stack.
+
+        For a test or a soak that kills a service on purpose, or expects a fault point to end it,
+        and then starts it again with `start`.
+        """
+        self._released.add(child.pid)
+
+    async def kill(self, child: Child, signum: int = signal.SIGKILL) -> int:
+        """Signal `child`'s group (released first) and return its exit status once reaped."""
+        self.release(child)
+        _signal_group(child.pid, signum)
+        status = await child.proc.wait()
+        _signal_group(child.pid, signal.SIGKILL)  # whatever it left in its group
+        return status
 
     async def died(self) -> Child:
         """The first child that ended while not being stopped."""

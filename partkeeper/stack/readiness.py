@@ -28,8 +28,8 @@ async def _pause(attempt: int) -> None:
     await asyncio.sleep(backoff.delay(attempt, base=0.05, cap=1.0))
 
 
-async def connect_nats(url: str) -> Client:
-    """A connection to the embedded server, once it accepts one."""
+async def connect_nats(url: str, user: str = "", password: str = "") -> Client:
+    """A connection to the embedded server(s) (`url` comma separated), once one accepts it."""
 
     async def quiet(exc: Exception) -> None:
         """Connection errors while the server starts are expected; the guard reports a failure."""
@@ -39,9 +39,9 @@ async def connect_nats(url: str) -> Client:
         attempt += 1
         try:
             return await nats.connect(
-                servers=[url], connect_timeout=1.0, allow_reconnect=True,
+                servers=url.split(","), connect_timeout=1.0, allow_reconnect=True,
                 max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=quiet,
-                name="partkeeper-up",
+                name="partkeeper-up", user=user or None, password=password or None,
             )
         except (OSError, nats.errors.Error, TimeoutError):
             await _pause(attempt)

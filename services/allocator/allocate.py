@@ -23,7 +23,17 @@ from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
-from services.allocator import blockers, partitions, podmatch, reply, retry, room, slices, writes
+from services.allocator import (
+    blockers,
+    events,
+    partitions,
+    podmatch,
+    reply,
+    retry,
+    room,
+    slices,
+    writes,
+)
 from services.allocator.catalog import Offer
 from services.allocator.context import Context
 from services.allocator.placement import Spot, place
@@ -70,7 +80,9 @@ class Allocator:
         except Refusal as exc:
             label = exc.result.label
             decision(log, f"Allocate refused: {exc.message}", resource=offer.resource,
-                     device_ids=",".join(device_ids))
+                     device_ids=",".join(device_ids), pod_uid=exc.pod[0] if exc.pod else None)
+            await events.allocate_refused(self.ctx.js, self.ctx.node, offer.resource,
+                                          device_ids, exc.message, exc.pod)
             raise
         except asyncio.CancelledError:
             label = "cancelled"
@@ -108,22 +120,36 @@ class Allocator:
                 group = []
                 target = self._serve(offer, await self._find(offer, len(ids), claims))
         if group:
-            return await self._resume(offer, group), "retry"
+            try:
+                return await self._resume(offer, group), "retry"
+            except Refusal as exc:
+                exc.about(group[0].pod_uid, group[0].namespace, group[0].name)
+                raise
         try:
-            for attempt in range(1, PLAN_ATTEMPTS + 1):
-                written = await self.reserve(offer, target, ids)
-                await faults.reach("allocator.after_claim")
-                try:
-                    active = await self._realise(offer, written, resume=False)
-                except partitions.Displaced as exc:
-                    if attempt == PLAN_ATTEMPTS:
-                        raise Refusal(Result.UNAVAILABLE, f"the placement planned for {target} "
-                                      f"was taken {attempt} times in a row ({exc}); nothing "
-                                      "was claimed") from exc
-                    continue
-                return await self._respond(offer, active), "ok"
+            return await self._serve_target(offer, target, ids), "ok"
+        except Refusal as exc:
+            exc.about(target.uid, target.namespace, target.name)
+            raise
         finally:
             self._serving.discard((target.uid, target.container, offer.resource))
+
+    async def _serve_target(
+        self, offer: Offer, target: Target, ids: list[str]
+    ) -> pb.ContainerAllocateResponse:
+        """Plan, claim, create and activate for `target`; plan again when the driver finds the
+        planned placement taken."""
+        for attempt in range(1, PLAN_ATTEMPTS + 1):
+            written = await self.reserve(offer, target, ids)
+            await faults.reach("allocator.after_claim")
+            try:
+                active = await self._realise(offer, written, resume=False)
+            except partitions.Displaced as exc:
+                if attempt == PLAN_ATTEMPTS:
+                    raise Refusal(Result.UNAVAILABLE, f"the placement planned for {target} was "
+                                  f"taken {attempt} times in a row ({exc}); nothing was "
+                                  "claimed") from exc
+                continue
+            return await self._respond(offer, active)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _claims(self) -> list[Claim]:
@@ -162,7 +188,8 @@ class Allocator:
         except podmatch.LookupFailed as exc:
             raise Refusal(Result.UNAVAILABLE, f"device IDs {','.join(first.device_ids)} are held "
                           f"by claim {first.id} of Pod {first.namespace}/{first.name}; {exc}, so "
-                          "a retry cannot be told from a re-use; nothing was claimed") from exc
+                          "a retry cannot be told from a re-use; nothing was claimed").about(
+                first.pod_uid, first.namespace, first.name) from exc
         return answer.state not in ("finished", "gone")
 
     async def reserve(self, offer: Offer, target: Target, ids: list[str]) -> list[Claim]:

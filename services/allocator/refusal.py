@@ -27,3 +27,10 @@ class Refusal(Exception):
         super().__init__(message)
         self.result = result
         self.message = message
+        # The Pod the refused Allocate served, once known: (uid, namespace, name).
+        self.pod: tuple[str, str, str] | None = None
+
+    def about(self, uid: str, namespace: str, name: str) -> Refusal:
+        if self.pod is None:
+            self.pod = (uid, namespace, name)
+        return self

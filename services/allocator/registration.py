@@ -25,6 +25,7 @@ from partkeeper.kubelet import (
     open_unix_channel,
     unix_target,
 )
+from partkeeper.telemetry.grpc import ServerTracing
 from services.allocator.allocate import Allocator
 from services.allocator.catalog import Offer
 from services.allocator.plugin import OPTIONS, Board, DevicePlugin
@@ -69,7 +70,7 @@ class PluginServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
         servicer = DevicePlugin(self.offer, self.board, self.allocator)
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[ServerTracing()])
         deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(servicer, server)
         server.add_insecure_port(unix_target(self.path))
         await server.start()

@@ -1,8 +1,8 @@
 """What every part of the reclaimer shares: configuration, NATS, the claims store, the driver.
 
-Driver calls go through `asyncio.to_thread` here and nowhere else in the service. Destroys on one
-card are serialised by a per-card lock (hardware serialises them anyway), but nothing waits on
-that lock while sleeping between retries, so a card that refuses holds up nobody.
+The driver is synchronous and always called through `asyncio.to_thread`. Destroys on one card are
+serialised by a per-card lock (hardware serialises them anyway), but nothing holds that lock while
+sleeping between retries, so a card that refuses holds up nobody.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from nats.js import JetStreamContext
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.base import Driver, DriverError, Instance
-from schemas import Claim
+from schemas import CardClaims, Claim
 from services.reclaimer.audit import Audit
 from services.reclaimer.tuning import Tuning
 
@@ -46,17 +46,25 @@ class Context:
     async def cards(self) -> list[int]:
         """The node's card indices (read once: cards do not come and go while we run).
 
-        Claim reads name these cards explicitly, so a claims document is read by its key even if
-        the bucket's key listing were to miss it. Raises DriverError while it cannot be read.
+        Raises DriverError while they cannot be read.
         """
         if self._cards is None:
             self._cards = [c.index for c in await asyncio.to_thread(self.driver.cards)]
         return self._cards
 
+    async def documents(self, cards: list[int]) -> dict[int, CardClaims]:
+        """The claims document of each card, each read by its key. Raises StoreReadError.
+
+        By key rather than through a listing of the bucket: a listing is a watch whose "that was
+        all" marker is the client's inference, and a claim missed here would be taken as absent.
+        Claims exist only for cards the driver reports, so nothing is lost by asking for those.
+        """
+        return {card: (await self.store.read(card))[0] for card in cards}
+
     async def claims(self) -> list[Claim]:
         """Every claim of the node. Raises StoreReadError or DriverError, never a partial list."""
-        docs = await self.store.read_all(await self.cards())
-        return [c for doc, _ in docs.values() for c in doc.claims.values()]
+        docs = await self.documents(await self.cards())
+        return [c for doc in docs.values() for c in doc.claims.values()]
 
     async def instances(self, card: int) -> list[Instance] | None:
         """The card's instances, or None when the enumeration failed (never 'none exist')."""

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from services.reclaimer.context import Context
+from services.reclaimer.lifecycle import cancel_all
 from services.reclaimer.pods import Evidence
 from services.reclaimer.resolve import Again, Later, Outcome, attempt
 from services.reclaimer.tuning import retry_delay
@@ -90,10 +91,7 @@ class Jobs:
         return all(j.resolved for j in jobs)
 
     async def close(self) -> None:
-        tasks = [j.task for j in self.running.values() if j.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all([j.task for j in self.running.values() if j.task is not None])
 
     def _notify(self) -> None:
         self._changed.set()

@@ -33,6 +33,7 @@ from services.reclaimer.audit import Audit
 from services.reclaimer.context import Context
 from services.reclaimer.events import PodEventHandler
 from services.reclaimer.jobs import Jobs
+from services.reclaimer.lifecycle import cancel_all
 from services.reclaimer.now import ReclaimNowHandler
 from services.reclaimer.reconcile import Reconciler
 from services.reclaimer.tuning import DEFAULT, POD_EVENTS_CONSUMER, Tuning
@@ -85,11 +86,14 @@ async def serve(
     if ready is not None:
         ready.set()
     try:
-        await asyncio.gather(*tasks)
+        # Not gather: a cancelled gather waits for its children, and one of them may need a
+        # second cancel (lifecycle.py). A task that ends by itself has failed: re-raise it.
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+        raise RuntimeError(f"reclaimer task {next(iter(done)).get_name()} ended by itself")
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         await jobs.close()
         await service.stop()
 

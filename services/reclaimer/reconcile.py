@@ -85,12 +85,12 @@ class Reconciler:
             cards = await asyncio.to_thread(driver.cards)
             parts = [c.index for c in cards if c.mode == "partition"]
             before = {i: await asyncio.to_thread(driver.instances, i) for i in parts}
-            docs = await self.ctx.store.read_all([c.index for c in cards])
+            docs = await self.ctx.documents([c.index for c in cards])
             after = {i: await asyncio.to_thread(driver.instances, i) for i in parts}
         except (DriverError, StoreReadError) as exc:
             log.warning("reconcile pass skipped, nothing changed: %s", exc)
             return None
-        return Snapshot(before, {card: doc for card, (doc, _) in docs.items()}, after)
+        return Snapshot(before, docs, after)
 
     async def _verdicts(self, docs: dict[int, CardClaims]) -> dict[str, Evidence]:
         """The watcher's view of every Pod holding a claim not yet releasing."""

@@ -61,8 +61,16 @@ async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
         if result:
             return
         if time.monotonic() > end:
+            _show_stuck_work()
             raise AssertionError(f"not within {deadline:g}s: {what}")
         await asyncio.sleep(0.01)
+
+
+def _show_stuck_work() -> None:
+    """Print where the allocator's and the kubelet's work is waiting (for a failed wait)."""
+    for task in asyncio.all_tasks():
+        if task.get_name().startswith(("allocat", "realise", "driver", "sim-kubelet", "rpc")):
+            task.print_stack(limit=8)
 
 
 @dataclass

@@ -16,13 +16,15 @@ from prometheus_client import REGISTRY
 from partkeeper.claims import machine
 from partkeeper.drivers import InstanceSpec
 from partkeeper.workdir import descriptor_path
-from schemas import Claim
+from schemas import AllocateRefused, Claim, PartitionEvent, decode
+from schemas.names import STREAM_PARTITIONS, parts_subject
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"
 R4 = MIG + "4g.40gb"
 R7 = MIG + "7g.80gb"
 QUICK = replace(FAST, room_wait_seconds=0.5)
+B = "0d1e2f3a-4b5c-4d6e-8f7a-8b9c0d1e2f3a"
 
 
 def cancelled_calls() -> float:
@@ -97,8 +99,7 @@ async def test_full_card_is_refused_with_a_sentence_and_leaves_no_claim(nc, js, 
     async with node_stack(nc, node, options=QUICK, pod_resources=False) as n:
         a = await n.add_pod("a", {"main": {R7: 1}})
         await n.phase(a, "Running")
-        await n.watcher.add(n.watcher.record("0d1e2f3a-4b5c-4d6e-8f7a-8b9c0d1e2f3a", "b",
-                                             {"main": {R1: 1}}))
+        await n.watcher.add(n.watcher.record(B, "b", {"main": {R1: 1}}))
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await n.allocate(R1, ["1g.10gb-0"])
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -108,6 +109,10 @@ async def test_full_card_is_refused_with_a_sentence_and_leaves_no_claim(nc, js, 
         assert "live" in message and "Nothing was claimed" in message
         assert [c.pod_uid for c in await n.claims()] == [a]
         assert a in n.watcher.fresh_asked  # the live holder was confirmed before refusing
+        stored = await js.get_last_msg(STREAM_PARTITIONS, parts_subject(node, None))
+        event = decode(stored.data, PartitionEvent)
+        assert isinstance(event, AllocateRefused)  # the watcher makes it an Event on Pod b
+        assert (event.pod_uid, event.name, event.reason) == (B, "b", message)
 
 
 async def test_allocate_after_a_pod_stopped_gets_the_freed_slot_not_a_refusal(

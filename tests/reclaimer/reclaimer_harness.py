@@ -127,18 +127,23 @@ class FakeWatcher:
 
 
 class AuditLog:
-    """Every PK_PARTITIONS event of the node as stored (after de-duplication), in stream order."""
+    """Every PK_PARTITIONS event of the node as the stream stores it: in publish order, with
+    re-publications of one fact (the same Nats-Msg-Id) counted once."""
 
     def __init__(self) -> None:
         self.events: list[PartitionEvent] = []
-        self.sub: JetStreamContext.PushSubscription | None = None
+        self.ids: set[str] = set()
+        self.sub: Subscription | None = None
 
     async def start(self, nc: Client, node: str) -> AuditLog:
         async def take(msg: Msg) -> None:
+            msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
+            if msg_id and msg_id in self.ids:
+                return
+            self.ids.add(msg_id)
             self.events.append(decode(msg.data, PartitionEvent))
 
-        js = nc.jetstream()
-        self.sub = await js.subscribe(parts_filter(node), cb=take, ordered_consumer=True)
+        self.sub = await nc.subscribe(parts_filter(node), cb=take)
         return self
 
     async def stop(self) -> None:

@@ -1,0 +1,87 @@
+"""The whole stack as processes for a reliability scenario, and the one convergence check.
+
+`scene()` opens a rig (nats-server(s), simulated cluster, four services: partkeeper.stack.rig),
+a `Workload` making Pods through the real Kubernetes client, and a `Sentinel` watching for a
+partition destroyed under a live Pod for the whole scenario. `Scene.check_converged()` is the
+end of every scenario: the convergence check of partkeeper.stack.converge, with a deadline, and no
+violation seen by the sentinel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from partkeeper.claims import ClaimsStore
+from partkeeper.stack.churn import Sentinel, Workload
+from partkeeper.stack.converge import Reader, Snapshot, converged
+from partkeeper.stack.launch import SERVICES
+from partkeeper.stack.natsserver import NatsServer
+from partkeeper.stack.observe import PodTrack
+from partkeeper.stack.processes import tail
+from partkeeper.stack.rig import Rig, open_rig
+from schemas.names import BUCKET_CLAIMS
+
+# The reclaimer waits 60 s (its create timeout) before it resolves a claim the allocator left
+# `creating` without an instance (docs/protocol.md); every deadline that may include it says so.
+CREATE_TIMEOUT = 60.0
+CONVERGE_SECONDS = 45.0
+CONVERGE_AFTER_CREATE_TIMEOUT = CREATE_TIMEOUT + 45.0
+FAULT_EXIT = 86
+
+
+@dataclass
+class Scene:
+    rig: Rig
+    work: Workload
+    sentinel: Sentinel
+    reader: Reader
+
+    async def admit(self, profile: str | None, prefix: str = "pod") -> PodTrack:
+        """A Pod that must be admitted (Running)."""
+        pod = await self.work.admit(profile, prefix)
+        assert not pod.refused, f"{pod.name} was refused: {pod.refused}\n{self.logs()}"
+        return pod
+
+    def is_ours(self, resource: str) -> bool:
+        config = self.rig.stack.config
+        return resource.startswith(config.resource_prefix) or resource == config.sliced_resource
+
+    async def check_converged(self, deadline: float = CONVERGE_SECONDS) -> Snapshot:
+        """The convergence check (converge.problems finds nothing within `deadline`), and
+        nothing destroyed under a live Pod all along."""
+        snap = await converged(self.reader.snapshot, deadline=deadline, resources=self.is_ours,
+                               context=self.logs)
+        await self.sentinel.check()
+        assert not self.sentinel.violations, (
+            f"destroyed under a live Pod: {list(self.sentinel.violations.values())}")
+        assert self.sentinel.checks > 0
+        return snap
+
+    def logs(self, names: Sequence[str] = SERVICES, lines: int = 12) -> str:
+        return "\n".join(f"--- {name}.log (in {self.rig.layout.root}):\n"
+                         f"{tail(self.rig.layout.log(name), lines)}" for name in names)
+
+
+@contextlib.asynccontextmanager
+async def scene(
+    *,
+    servers: Sequence[NatsServer] | None = None,
+    overrides: Mapping[str, Mapping[str, str]] | None = None,
+    credentials: tuple[str, str] | None = None,
+) -> AsyncIterator[Scene]:
+    async with open_rig(servers=servers, overrides=overrides, credentials=credentials) as rig:
+        stack = rig.stack
+        work = Workload(stack)
+        await work.start()
+        sentinel = Sentinel(work)
+        store = ClaimsStore(await stack.nc.jetstream().key_value(BUCKET_CLAIMS), stack.node)
+        reader = Reader(work.kube.api, store, stack.layout.cluster.sim_state,
+                        stack.layout.pods_dir, stack.node)
+        sentinel.start()
+        try:
+            yield Scene(rig, work, sentinel, reader)
+        finally:
+            await sentinel.stop()
+            await work.stop()
