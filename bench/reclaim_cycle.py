@@ -116,13 +116,13 @@ async def until(r: Rig, check: Callable[[], Awaitable[bool]], what: str) -> None
 
 async def place(r: Rig, index: int) -> PodTrack:
     """A Pod of the profile: created, bound once there is room, Running, its claim active."""
-    short = r.options.profile.split(".")[0]
-    pod = await r.scheduler.create(f"bench-{short}-{index}", r.resource, "partition")
+    name = f"bench-{r.options.profile.split('.')[0]}-{index}"
     try:
         async with asyncio.timeout(ADMIT_SECONDS):
+            pod = await r.scheduler.create(name, r.resource, "partition")
             await r.scheduler.schedule(pod)
     except (TimeoutError, DemoError) as exc:
-        raise BenchError(f"Pod {pod.name} not Running within {ADMIT_SECONDS:.0f}s ({exc}); "
+        raise BenchError(f"Pod {name} not Running within {ADMIT_SECONDS:.0f}s ({exc}); "
                          "see logs/allocator.log and logs/cluster.log") from exc
     if pod.refused:
         raise BenchError(f"Pod {pod.name} was refused: {pod.refused}")
@@ -154,13 +154,18 @@ async def reclaim(r: Rig, pod: PodTrack, cycle: Cycle) -> None:
     gone = r.hardware.gone(pod.instance)
     mark = len(r.health.updates)
     cycle.deleted = time.monotonic()
-    await r.kube.delete(pod.name)
+    try:
+        async with asyncio.timeout(r.options.deadline):
+            await r.kube.delete(pod.name)
+    except TimeoutError as exc:
+        raise BenchError(f"the API server did not answer the delete of Pod {pod.name} within "
+                         f"{r.options.deadline:g}s; see logs/cluster.log") from exc
     cycle.delete_returned = time.monotonic()
     deadline = cycle.deleted + r.options.deadline
     with contextlib.suppress(TimeoutError):
         cycle.destroyed = await asyncio.wait_for(gone, max(0.0, deadline - time.monotonic()))
     if cycle.destroyed is None:
-        problem = r.hardware.error or f"{pod.instance} still on the cards"
+        problem = r.hardware.error or "the instance still on the cards"
         cycle.problems.append(f"destroy not seen within {r.options.deadline:g}s ({problem})")
     await readvertised(r.health, mark, cycle, deadline)
     if cycle.odd:

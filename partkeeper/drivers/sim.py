@@ -222,7 +222,9 @@ class SimDriver:
             raise ReadError(op, None, None, self._missing())
         lock = _lock_for(self.path)
         try:
-            lock.acquire()
+            # filelock polls a contended lock; its 50 ms default would dominate every latency
+            # the simulator is used to measure, and transactions here last about a millisecond.
+            lock.acquire(poll_interval=0.001)
         except Timeout as exc:
             cause = f"the state file {self.path} stayed locked for {LOCK_TIMEOUT_SECONDS:g} s"
             raise UnknownError(op, None, None, cause) from exc
