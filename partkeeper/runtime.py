@@ -14,6 +14,7 @@ from nats.aio.client import Client
 from partkeeper import bus
 from partkeeper.config import Config, ConfigError, load
 from partkeeper.faults import FaultSpecError
+from partkeeper.lifecycle import cancel_all
 from partkeeper.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,7 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
         if task in done:
             task.result()  # a crashed body ends the process with its error
         log.info("%s stopping", name)
-        for t in (task, stopper):
-            t.cancel()
-        await asyncio.gather(task, stopper, return_exceptions=True)
+        await cancel_all((task, stopper))
     finally:
         with contextlib.suppress(Exception):
             await nc.drain()

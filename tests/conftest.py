@@ -57,9 +57,11 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
     if leaked and not os.environ.get("PK_ALLOW_TASK_LEAKS"):
         for task in leaked:
             task.cancel()
-        pytest.fail(f"test left {len(leaked)} task(s) running: {[(t.get_name(), t.get_coro()) for t in leaked]}")
+        names = [(t.get_name(), t.get_coro()) for t in leaked]
+        pytest.fail(f"test left {len(leaked)} task(s) running: {names}")
 
 
 def _is_library_task(task: asyncio.Task[object]) -> bool:
     coro = getattr(task.get_coro(), "__qualname__", "")
-    return any(part in coro for part in ("Client.", "Subscription.", "_read_loop", "_flusher"))
+    library = ("Client.", "Subscription.", "_read_loop", "_flusher", "_JSI.")
+    return any(part in coro for part in library)

@@ -83,6 +83,7 @@ class Supervisor:
         self._watchers: list[asyncio.Task[None]] = []
         self._stopping = False
         self._released: set[int] = set()  # pids whose end is expected (killed or restarted)
+        self.notes: list[str] = []
         self._died: asyncio.Future[Child] | None = None
 
     @property
@@ -136,10 +137,20 @@ class Supervisor:
         self._released.add(child.pid)
 
     async def kill(self, child: Child, signum: int = signal.SIGKILL) -> int:
-        """Signal `child`'s group (released first) and return its exit status once reaped."""
+        """Signal `child`'s group (released first) and return its exit status once reaped.
+
+        A child still running `grace` seconds after another signal than SIGKILL is killed, and
+        the note saying so is kept in `notes` (a service that ignores SIGTERM is worth a look).
+        """
         self.release(child)
         _signal_group(child.pid, signum)
-        status = await child.proc.wait()
+        try:
+            status = await asyncio.wait_for(asyncio.shield(child.proc.wait()), self._grace)
+        except TimeoutError:
+            self.notes.append(f"{child.name} (pid {child.pid}) ignored signal {signum} for "
+                              f"{self._grace:.0f}s; killed")
+            _signal_group(child.pid, signal.SIGKILL)
+            status = await child.proc.wait()
         _signal_group(child.pid, signal.SIGKILL)  # whatever it left in its group
         return status
 

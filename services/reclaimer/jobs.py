@@ -14,8 +14,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from partkeeper.lifecycle import cancel_all
 from services.reclaimer.context import Context
-from services.reclaimer.lifecycle import cancel_all
 from services.reclaimer.pods import Evidence
 from services.reclaimer.resolve import Again, Later, Outcome, attempt
 from services.reclaimer.tuning import retry_delay

@@ -18,6 +18,7 @@ from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import open_driver
+from partkeeper.lifecycle import cancel_all
 from partkeeper.telemetry import metrics
 from schemas import PodEvent, ReclaimNow, decode
 from schemas.names import (
@@ -33,7 +34,6 @@ from services.reclaimer.audit import Audit
 from services.reclaimer.context import Context
 from services.reclaimer.events import PodEventHandler
 from services.reclaimer.jobs import Jobs
-from services.reclaimer.lifecycle import cancel_all
 from services.reclaimer.now import ReclaimNowHandler
 from services.reclaimer.reconcile import Reconciler
 from services.reclaimer.tuning import DEFAULT, POD_EVENTS_CONSUMER, Tuning
@@ -87,7 +87,7 @@ async def serve(
         ready.set()
     try:
         # Not gather: a cancelled gather waits for its children, and one of them may need a
-        # second cancel (lifecycle.py). A task that ends by itself has failed: re-raise it.
+        # second cancel (partkeeper.lifecycle). A task that ends by itself has failed: re-raise it.
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()

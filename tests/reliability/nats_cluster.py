@@ -1,0 +1,103 @@
+"""Three nats-server processes forming one JetStream cluster on loopback ports.
+
+Each server gets a small config file (its name, the cluster routes to all three, a monitoring
+port); `NatsServer` adds `-js`, the client port and the store. The JetStream meta leader is read
+from any server's monitoring endpoint `/jsz` (`meta_cluster.leader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from partkeeper.stack.natsserver import NatsServer, free_port
+
+CLUSTER_NAME = "pk-test"
+SIZE = 3
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.names = [f"n{i}" for i in range(SIZE)]
+        routes = [free_port() for _ in range(SIZE)]
+        self.monitors = [free_port() for _ in range(SIZE)]
+        self.servers: list[NatsServer] = []
+        for i, name in enumerate(self.names):
+            store = root / name
+            store.mkdir(parents=True, exist_ok=True)
+            config = store / "server.conf"
+            others = ", ".join(f'"nats://127.0.0.1:{p}"' for j, p in enumerate(routes) if j != i)
+            config.write_text(
+                f'server_name: "{name}"\n'
+                f'http: "127.0.0.1:{self.monitors[i]}"\n'
+                f'cluster {{\n  name: "{CLUSTER_NAME}"\n  listen: "127.0.0.1:{routes[i]}"\n'
+                f'  routes: [{others}]\n}}\n'
+            )
+            self.servers.append(NatsServer(str(store), config=str(config)))
+
+    @property
+    def url(self) -> str:
+        return ",".join(s.url for s in self.servers)
+
+    def jsz(self, index: int) -> dict[str, object]:
+        url = f"http://127.0.0.1:{self.monitors[index]}/jsz"
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            body: dict[str, object] = json.loads(resp.read())
+        return body
+
+    def leader(self) -> int | None:
+        """The index of the JetStream meta leader, as the running servers see it (None: no
+        leader now, or the servers disagree)."""
+        seen = set()
+        for i, server in enumerate(self.servers):
+            if server.proc is None:
+                continue
+            try:
+                meta = self.jsz(i).get("meta_cluster") or {}
+            except (OSError, urllib.error.URLError, ValueError):
+                return None
+            seen.add(str(meta.get("leader", "")) if isinstance(meta, dict) else "")
+        if len(seen) != 1 or "" in seen:
+            return None
+        name = seen.pop()
+        return self.names.index(name) if name in self.names else None
+
+    async def wait_leader(self, timeout: float = 60.0, other_than: int | None = None) -> int:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            found = await asyncio.to_thread(self.leader)
+            if found is not None and found != other_than:
+                return found
+            await asyncio.sleep(0.2)  # an election takes a few seconds; asked again until then
+        raise AssertionError(f"no JetStream meta leader within {timeout:.0f}s; see "
+                             f"{[s.log_path for s in self.servers]}")
+
+    async def start(self) -> None:
+        await asyncio.gather(*(asyncio.to_thread(s.start) for s in self.servers))
+        await self.wait_leader()
+
+    async def kill(self, index: int) -> None:
+        """SIGKILL: the server gets no chance to hand its leadership over."""
+        proc = self.servers[index].proc
+        if proc is not None:
+            proc.kill()
+            await asyncio.to_thread(proc.wait)
+        self.servers[index].proc = None
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self.servers))
+
+
+def cluster_root() -> Path:
+    return Path(tempfile.mkdtemp(prefix="pk-nats-cluster-"))
+
+
+def remove(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""A three-server NATS cluster (streams and buckets with 3 replicas) loses its JetStream meta
+leader mid-churn: the services, given all three URLs, carry on through the other two, and the
+node converges with nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+from reliability.nats_cluster import Cluster, cluster_root, remove
+from reliability.rel_harness import scene
+from reliability.test_kill_restart import (
+    ADMITTED_AFTER,
+    PROGRESS_SECONDS,
+    admitted_more,
+    churning,
+    settle,
+)
+
+from partkeeper.stack.launch import SERVICES
+from schemas.names import STREAM_PODS
+
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]
+
+REPLICAS = "3"
+
+
+async def test_cluster_loses_its_leader_mid_churn() -> None:
+    root = cluster_root()
+    cluster = Cluster(root)
+    try:
+        await cluster.start()
+        overrides = {name: {"PK_STREAM_REPLICAS": REPLICAS} for name in SERVICES}
+        async with scene(servers=cluster.servers, overrides=overrides) as sc:
+            info = await sc.rig.stack.nc.jetstream().stream_info(STREAM_PODS)
+            assert info.config.num_replicas == int(REPLICAS)
+            churn = await churning(sc, seed=11)
+            leader = await cluster.wait_leader()
+            await cluster.kill(leader)
+            assert await cluster.wait_leader(other_than=leader) != leader
+            await admitted_more(sc, churn, ADMITTED_AFTER, PROGRESS_SECONDS)
+            assert all(sc.rig.alive(name) for name in SERVICES), sc.logs()
+            await settle(sc, churn)
+    finally:
+        await cluster.stop()
+        remove(root)
