@@ -20,7 +20,7 @@ from itertools import count
 
 from partkeeper.stack.kube import Kube, PodWatch
 from partkeeper.stack.launch import Stack
-from partkeeper.stack.observe import DemoError, Observer, PodTrack
+from partkeeper.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
 from partkeeper.stack.probe import Probe
 from partkeeper.stack.scheduling import Scheduler
 
@@ -100,6 +100,17 @@ class Workload:
                                if p.name.startswith(prefix) and p.deleted is None))
 
 
+def honour_cancel() -> None:
+    """Raise CancelledError if this task was asked to stop.
+
+    On Python 3.11 a library's asyncio.wait_for (nats-py uses it for requests) can swallow a
+    cancellation that races its result; a loop that goes on regardless would never stop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class Churn:
     """`slots` Pods at a time, each created, run for a random while, deleted, again."""
 
@@ -135,11 +146,11 @@ class Churn:
                     raise DemoError(f"churn made {self.cycles} of {cycles} cycles in "
                                     f"{timeout:.0f}s")
                 woken.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), 1.0)
+                await woken_or_timeout(woken, 1.0)
 
     async def _slot(self) -> None:
         while True:
+            honour_cancel()
             profile = self.rng.choice(self.profiles)
             with contextlib.suppress(DemoError):  # no room in time: counted, try another
                 pod = await self.workload.admit(profile, self.prefix)
@@ -170,13 +181,13 @@ class Sentinel:
     async def _run(self) -> None:
         with self.workload.observer.wakeups.listen() as woken:
             while True:
+                honour_cancel()
                 woken.clear()
                 try:
                     await self.check()
                 except Exception:  # NATS down, a read failed: nothing is concluded from it
                     self.errors += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), SENTINEL_SECONDS)
+                await woken_or_timeout(woken, SENTINEL_SECONDS)
 
     async def check(self) -> None:
         by_uid = {p.uid: p for p in self.workload.pods() if p.uid}

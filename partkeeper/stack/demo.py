@@ -10,7 +10,6 @@ when the deadline passes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from itertools import count
 from partkeeper.drivers.base import Instance
 from partkeeper.stack.kube import Kube, PodWatch
 from partkeeper.stack.launch import Stack
-from partkeeper.stack.observe import DemoError, Observer, PodTrack
+from partkeeper.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
 from partkeeper.stack.probe import Probe
 from partkeeper.stack.scheduling import Scheduler, require
 from partkeeper.stack.table import View
@@ -305,8 +304,7 @@ async def track_reclaims(demo: Demo) -> None:
                     demo.view.note(f"reading the cards or claims failed: {exc}")
                 if any(p.reclaimed is not None for p in pending):
                     demo.observer.wakeups.touch()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), RECHECK_SECONDS)
+            await woken_or_timeout(woken, RECHECK_SECONDS)
 
 
 def _stamp(pending: list[PodTrack], instances: dict[str, object], claims: list[Claim],

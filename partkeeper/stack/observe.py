@@ -59,6 +59,17 @@ class PodTrack:
         return self.running is not None or bool(self.refused)
 
 
+async def woken_or_timeout(event: asyncio.Event, seconds: float) -> None:
+    """Wait for `event` at most `seconds`.
+
+    Not asyncio.wait_for: on Python 3.11 it returns instead of raising when a cancellation races
+    the event being set, and a loop built on it then never ends (its task cannot be stopped).
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+
+
 @dataclass(slots=True)
 class Wakeups:
     count: int = 0
@@ -92,8 +103,7 @@ class Wakeups:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise DemoError(f"{what}: not after {timeout:.0f}s; {hint}")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), min(remaining, RECHECK_SECONDS))
+                await woken_or_timeout(woken, min(remaining, RECHECK_SECONDS))
 
 
 class Observer:

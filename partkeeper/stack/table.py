@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from partkeeper.stack.observe import Observer
+from partkeeper.stack.observe import Observer, woken_or_timeout
 from partkeeper.stack.probe import Probe
 
 REDRAW_SECONDS = 0.3
@@ -116,8 +116,7 @@ class LiveView:
                 woken.clear()
                 await self._snapshot(probe)
                 await asyncio.sleep(REDRAW_SECONDS)  # coalesces bursts of changes
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), 2.0)
+                await woken_or_timeout(woken, 2.0)
 
     async def _snapshot(self, probe: Probe | None) -> None:
         if probe is None:
