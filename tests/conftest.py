@@ -7,12 +7,14 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import nats
 import pytest
 from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology
+from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
 from partkeeper.stack.natsserver import NatsServer
 
 
@@ -65,3 +67,17 @@ def _is_library_task(task: asyncio.Task[object]) -> bool:
     coro = getattr(task.get_coro(), "__qualname__", "")
     library = ("Client.", "Subscription.", "_read_loop", "_flusher", "_JSI.")
     return any(part in coro for part in library)
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServerThread]:
+    """A simulated API server per test. Bookmarks every 50 ms, so bookmark tests and stopping
+    watch threads wait milliseconds rather than the real minute."""
+    server = ApiServerThread(bookmark_interval=0.05).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def kubeconfig(apiserver: ApiServerThread, tmp_path: Path) -> Path:
+    return write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)

@@ -245,9 +245,11 @@ async def _main(options: ClusterOptions, notifier: Notifier) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from partkeeper.telemetry import logs
+    from partkeeper.telemetry import logs, tracing
 
     logs.setup("sim-cluster")
+    # The kubelet's admissions are spans too, exported as the services' are (OTEL_* variables).
+    tracing.setup("sim-cluster")
     options = options_from(args)
     notifier = Notifier(args.notify_fd)
     try:
@@ -259,4 +261,5 @@ def main(args: argparse.Namespace) -> int:
         return 2
     finally:
         notifier.close()
+        tracing.shutdown()
     return 0

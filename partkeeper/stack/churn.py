@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
+from kubernetes.client.exceptions import ApiException
+
 from partkeeper.stack.kube import Kube, PodWatch
 from partkeeper.stack.launch import Stack
 from partkeeper.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
@@ -25,6 +27,7 @@ from partkeeper.stack.probe import Probe
 from partkeeper.stack.scheduling import Scheduler
 
 SENTINEL_SECONDS = 0.25
+NOT_FOUND = 404
 
 
 @dataclass(slots=True)
@@ -92,7 +95,12 @@ class Workload:
     async def delete(self, pod: PodTrack) -> None:
         if pod.deleted is None:
             self.tally.deleted += 1
-            await self.scheduler.delete(pod)
+            try:
+                await self.scheduler.delete(pod)
+            except ApiException as exc:
+                # A create cancelled before its call was made leaves nothing to delete.
+                if exc.status != NOT_FOUND:
+                    raise
 
     async def delete_all(self, prefix: str = "") -> None:
         """Delete every Pod this workload made (whose name starts with `prefix`)."""

@@ -131,10 +131,13 @@ class Supervisor:
     def release(self, child: Child) -> None:
         """From now on `child` may end without that counting as a death of the stack.
 
-        For a test or a soak that kills a service on purpose, or expects a fault point to end it,
-        and then starts it again with `start`.
+        For a test or a soak that kills a service on purpose, expects a fault point to end it, or
+        restarts one that died (as Kubernetes would), and then starts it again with `start`.
         """
         self._released.add(child.pid)
+        died = self._died
+        if died is not None and died.done() and died.result() is child:
+            self._died = None  # its death was taken in hand: the stack is whole again
 
     async def kill(self, child: Child, signum: int = signal.SIGKILL) -> int:
         """Signal `child`'s group (released first) and return its exit status once reaped.

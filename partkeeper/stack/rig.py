@@ -24,12 +24,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partkeeper.stack.launch import Stack, launch, service_ready, start_service
+from partkeeper.stack.launch import SERVICES, Stack, launch, service_ready, start_service
 from partkeeper.stack.layout import Layout
 from partkeeper.stack.natsserver import NatsServer
 from partkeeper.stack.processes import Child, StackError, Supervisor, tail
 
 RESTART_READY_SECONDS = 60.0
+REVIVE_SECONDS = 0.2
 EXIT_SECONDS = 60.0
 # What the GC logs once its consumer runs: it has no micro service to ping, and its durable
 # consumer outlives the process, so the log of the new process is the only sign it is up.
@@ -123,6 +124,28 @@ class Rig:
         while GC_READY_LINE not in _read_from(log, offset):
             attempt += 1
             await asyncio.sleep(min(0.05 * attempt, 0.5))  # re-read the log until the deadline
+
+    @contextlib.asynccontextmanager
+    async def reviving(self, names: Sequence[str] = SERVICES) -> AsyncIterator[list[str]]:
+        """Meanwhile, a service that dies unasked is started again, as Kubernetes restarts a
+        container; yields the list of such deaths (name and status), which grows."""
+        deaths: list[str] = []
+        task = asyncio.create_task(self._revive(names, deaths), name="rig reviver")
+        try:
+            yield deaths
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _revive(self, names: Sequence[str], deaths: list[str]) -> None:
+        while True:
+            for name in names:
+                child = self.child(name)
+                if child.status is not None and child.pid not in self.supervisor.released:
+                    deaths.append(f"{name} exited with status {child.status}")
+                    self.supervisor.release(child)
+                    await self.restart(name, wait=False)
+            await asyncio.sleep(REVIVE_SECONDS)  # a supervisor's round, not a test's wait
 
     async def restart_nats(self, index: int = 0) -> None:
         """Stop one nats-server and start it again on the same port with the same store."""

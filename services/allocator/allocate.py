@@ -17,9 +17,11 @@ import logging
 import time
 from collections.abc import Sequence
 
+from opentelemetry import trace
+
 from partkeeper import faults
 from partkeeper.kubelet import deviceplugin_pb2 as pb
-from partkeeper.telemetry import metrics
+from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
@@ -42,6 +44,7 @@ from services.allocator.refusal import Refusal, Result
 from services.allocator.snapshot import Snapshot, SnapshotError, read, read_claims
 
 log = logging.getLogger(__name__)
+_tracer = tracing.tracer(__name__)
 
 PLAN_ATTEMPTS = 3  # plans in a row whose placement the driver found taken before refusing
 
@@ -120,6 +123,9 @@ class Allocator:
                 group = []
                 target = self._serve(offer, await self._find(offer, len(ids), claims))
         if group:
+            first = group[0]
+            _tag(trace.get_current_span(), first.pod_uid, first.namespace, first.name,
+                 first.container)
             try:
                 return await self._resume(offer, group), "retry"
             except Refusal as exc:
@@ -162,13 +168,20 @@ class Allocator:
     async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
         claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
-        try:
-            return await podmatch.find(self.ctx, offer.resource, quantity, claimed)
-        except podmatch.LookupFailed as exc:
-            raise Refusal(Result.NO_POD, str(exc)) from exc
+        attributes = {"pk.resource": offer.resource, "pk.quantity": quantity}
+        # The watcher's `serve pods-pending` is this span's child: the request carries it.
+        with _tracer.start_as_current_span("pod lookup", attributes=attributes) as span:
+            try:
+                target = await podmatch.find(self.ctx, offer.resource, quantity, claimed)
+            except podmatch.LookupFailed as exc:
+                raise Refusal(Result.NO_POD, str(exc)) from exc
+            _tag(span, target.uid, target.namespace, target.name, target.container)
+        return target
 
     def _serve(self, offer: Offer, target: Target) -> Target:
         self._serving.add((target.uid, target.container, offer.resource))
+        _tag(trace.get_current_span(), target.uid, target.namespace, target.name,
+             target.container)
         return target
 
     async def _snapshot(self) -> Snapshot:
@@ -315,12 +328,22 @@ class Allocator:
             body = encode(reply.descriptor(claim, self.ctx.card(claim.card)))
             uuid = claim.instance.uuid if claim.instance else ""
             try:
-                await asyncio.to_thread(write_descriptor, self.ctx.config.pods_dir,
-                                        claim.pod_uid, claim.container, uuid, body)
+                with _tracer.start_as_current_span(
+                    "descriptor", attributes={**writes.span_attributes(claim),
+                                              "pk.instance_uuid": uuid}
+                ):
+                    await asyncio.to_thread(write_descriptor, self.ctx.config.pods_dir,
+                                            claim.pod_uid, claim.container, uuid, body)
             except WorkdirError as exc:
                 raise Refusal(Result.UNAVAILABLE, f"partition {uuid} of Pod {claim.namespace}/"
                               f"{claim.name} ({claim.pod_uid}) is made (claim {claim.id}, active) "
                               f"but its descriptor could not be written: {exc}") from exc
+
+
+def _tag(span: trace.Span, uid: str, namespace: str, name: str, container: str) -> None:
+    """Name the Pod an Allocate serves on its span: kubelet's call does not say."""
+    span.set_attributes({"pk.pod_uid": uid, "pk.pod": f"{namespace}/{name}",
+                         "pk.container": container})
 
 
 def _tokens(claims: Sequence[Claim]) -> list[str]:

@@ -34,6 +34,7 @@ from services.allocator.podresources import PodResources
 from services.allocator.podview import PodView
 from services.allocator.recompute import Recompute, watch_claims
 from services.allocator.registration import PluginServer, Registrar
+from services.allocator.removals import Removals
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ async def _start(parts: Parts) -> None:
     parts.spawn(parts.recompute.run(computed), "allocator recompute")
     ctx.changes.touch()
     await computed.wait()
+    parts.spawn(Removals(ctx, parts.recompute).run(), "allocator removals")
     for server in parts.servers:
         await server.start()
     parts.spawn(parts.registrar.run(), "allocator registration")

@@ -41,9 +41,14 @@ async def adopt(ctx: Context, claim: Claim) -> Instance | None:
 
 async def create(ctx: Context, claim: Claim) -> Instance:
     spec = InstanceSpec(claim.card, claim.profile, claim.start)
-    attributes = {"pk.card": claim.card, "pk.claim_id": claim.id, "pk.profile": claim.profile}
-    with _tracer.start_as_current_span("create", attributes=attributes):
-        return await ctx.hardware(ctx.driver.create, spec)
+    with _tracer.start_as_current_span("create", attributes=writes.span_attributes(claim)) as span:
+        try:
+            instance = await ctx.hardware(ctx.driver.create, spec)
+        except DriverError as exc:
+            span.set_attribute("pk.driver_error", exc.kind)
+            raise
+        span.set_attribute("pk.instance_uuid", instance.uuid)
+        return instance
 
 
 async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) -> list[Claim]:

@@ -46,18 +46,24 @@ class Recompute:
         # The instances the last pass advertised: the hardware poll compares against these, not
         # against its own previous reading, so a change it saw only the end of is not missed.
         self.advertised: Mapping[int, tuple[Instance, ...]] | None = None
+        self.pushed = 0  # the number (Changes.passes) of the last pass that pushed its lists
+        self._pushed = asyncio.Event()  # replaced after every such pass: a wake-up, no data
 
     async def run(self, first: asyncio.Event) -> None:
         """Recompute on every change until cancelled; `first` is set after the first full pass."""
         loop = asyncio.get_running_loop()
         while True:
             await self.ctx.changes.pending()
+            number = self.ctx.changes.passes
             if self.ctx.allocating:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.ctx.idle.wait(), DEFER)
             started = loop.time()
             if await self.once():
                 first.set()
+                self.pushed = number
+                fired, self._pushed = self._pushed, asyncio.Event()
+                fired.set()
             rest = PACE - (loop.time() - started)
             if rest > 0:
                 await asyncio.sleep(rest)
@@ -79,6 +85,26 @@ class Recompute:
             self.boards[resource].post(health)
         _record_metrics(self.ctx, advert.capacity)
         await self._publish(advert.capacity)
+        return True
+
+    async def refresh(self, timeout: float) -> bool:
+        """Wake the recompute and wait, at most `timeout` seconds, until a pass that read the
+        state after this call has pushed its lists; False when none did in time.
+
+        Waiting here never delays the loop: the pass runs as it would for any other wake-up.
+        """
+        # The pass that reads after this touch is the next one `pending` lets through: one in
+        # progress may have read before it.
+        wanted = self.ctx.changes.passes + 1
+        self.ctx.changes.touch()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.pushed < wanted:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pushed.wait(), left)
         return True
 
     async def poll_hardware(self) -> None:

@@ -62,7 +62,7 @@ def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) 
 async def begin(ctx: Context, claim: Claim) -> bool:
     """Write `claim` as creating; False when its placement is no longer free in the store."""
     try:
-        with _tracer.start_as_current_span("claim", attributes=_span(claim)):
+        with _tracer.start_as_current_span("claim", attributes=span_attributes(claim)):
             await ctx.store.update(claim.card, functools.partial(machine.begin, claim=claim))
     except TransitionError as exc:
         decision(log, f"placement lost to another writer: {exc}", pod_uid=claim.pod_uid,
@@ -93,15 +93,18 @@ async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Cla
     live = None
     if instance is not None:
         live = LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
-    doc, _ = await ctx.store.update(
-        claim.card, functools.partial(_activation, claim_id=claim.id, live=live)
-    )
-    active = doc.claims[claim.id]
-    decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
-             pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
-             instance=live.uuid if live else None)
-    await events.claim_changed(ctx.js, ctx.node, active, "active",
-                               instance_uuid=live.uuid if live else None)
+    with _tracer.start_as_current_span("activate", attributes=span_attributes(claim)) as span:
+        if live is not None:
+            span.set_attribute("pk.instance_uuid", live.uuid)
+        doc, _ = await ctx.store.update(
+            claim.card, functools.partial(_activation, claim_id=claim.id, live=live)
+        )
+        active = doc.claims[claim.id]
+        decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
+                 pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
+                 instance=live.uuid if live else None)
+        await events.claim_changed(ctx.js, ctx.node, active, "active",
+                                   instance_uuid=live.uuid if live else None)
     return active
 
 
@@ -146,6 +149,7 @@ async def leave(ctx: Context, claim: Claim, instance: Instance, reason: str) -> 
              card=claim.card, claim_id=claim.id, instance=instance.uuid)
 
 
-def _span(claim: Claim) -> dict[str, str | int]:
+def span_attributes(claim: Claim) -> dict[str, str | int]:
+    """What every span about one claim says, so a Pod's or a claim's spans are found by tag."""
     return {"pk.pod_uid": claim.pod_uid, "pk.card": claim.card, "pk.claim_id": claim.id,
             "pk.profile": claim.profile, "pk.start": claim.start}

@@ -4,7 +4,8 @@ A job is the in-process driver of one claim towards removal; the durable record 
 the claim itself (`releasing`), so a job lost in a crash is recreated by the next event delivery
 or reconcile pass. Jobs are keyed by (card, claim id): the event path, `reclaim.now` and the
 reconcile pass asking for the same claim share one job. A job whose card refuses sleeps between
-attempts without holding anything, so other claims, on that card or others, proceed.
+attempts without holding anything, so other claims, on that card or others, proceed. Each job
+keeps the trace context its steps' spans continue (services/reclaimer/spans.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from opentelemetry import context as otel_context
+
 from partkeeper.lifecycle import cancel_all
+from services.reclaimer import spans
 from services.reclaimer.context import Context
 from services.reclaimer.pods import Evidence
 from services.reclaimer.resolve import Again, Later, Outcome, attempt
@@ -26,10 +30,13 @@ TICK_SECONDS = 10.0  # well inside the consumer's 30 s ack wait
 
 
 class Job:
-    def __init__(self, card: int, claim_id: str, evidence: Evidence) -> None:
+    def __init__(
+        self, card: int, claim_id: str, evidence: Evidence, parent: otel_context.Context
+    ) -> None:
         self.card = card
         self.claim_id = claim_id
         self.evidence = evidence
+        self.parent = parent  # the trace its steps' spans belong to
         self.outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self.stalled = False  # waiting to retry after a failed or blocked step
         self.last = "not started"
@@ -55,11 +62,14 @@ class Jobs:
     def ensure(self, card: int, claim_id: str, evidence: Evidence, *, urgent: bool = False) -> Job:
         """The claim's job, started if needed. Stronger evidence (a death) replaces weaker."""
         job = self.running.get((card, claim_id))
+        here = otel_context.get_current()
         if job is None:
-            job = Job(card, claim_id, evidence)
+            job = Job(card, claim_id, evidence, here)
             self.running[(card, claim_id)] = job
             job.task = asyncio.create_task(self._run(job), name=f"reclaim-{card}-{claim_id}")
             return job
+        if not spans.traced(job.parent) and spans.traced(here):
+            job.parent = here  # started by the (untraced) reconcile pass: join the caller's trace
         if evidence.dead and not job.evidence.dead:
             job.evidence = evidence
             urgent = True
@@ -110,6 +120,7 @@ class Jobs:
 
     async def _drive(self, job: Job) -> Outcome:
         while True:
+            token = otel_context.attach(job.parent)
             try:
                 result = await attempt(self.ctx, job.card, job.claim_id, job.evidence, job.failures)
             except asyncio.CancelledError:
@@ -117,6 +128,8 @@ class Jobs:
             except Exception as exc:  # a bug must not end the job: the claim would be stranded
                 log.exception("resolving claim %s on card %d failed", job.claim_id, job.card)
                 result = Later(retry_delay(job.failures + 1, self.ctx.tuning), repr(exc))
+            finally:
+                otel_context.detach(token)
             if isinstance(result, Outcome):
                 job.last = result.reason
                 return result

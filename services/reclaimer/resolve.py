@@ -24,6 +24,7 @@ from schemas import CardClaims, Claim
 from services.reclaimer.context import Context
 from services.reclaimer.decide import Decision, Step, decide, sighting
 from services.reclaimer.pods import Evidence
+from services.reclaimer.spans import failed, step
 from services.reclaimer.tuning import retry_delay
 from services.reclaimer.workdir import drop_descriptor
 
@@ -110,27 +111,34 @@ async def _release(ctx: Context, claim: Claim, reason: str) -> Result:
         released = current is not None and current.state in ("creating", "active")
         return machine.release(doc, claim.id, reason, now) if released else doc
 
-    doc, _ = await ctx.store.update(claim.card, mutate)
-    if released:
-        marked = doc.claims[claim.id]
-        _log(marked, "claim releasing", reason)
-        await ctx.audit.claim(marked, "releasing", reason)
-        await faults.reach("reclaimer.after_releasing")
+    with step("release", claim) as span:
+        span.set_attribute("pk.reason", reason)
+        doc, _ = await ctx.store.update(claim.card, mutate)
+        span.set_attribute("pk.released", released)
+        if released:
+            marked = doc.claims[claim.id]
+            _log(marked, "claim releasing", reason)
+            await ctx.audit.claim(marked, "releasing", reason)
+            await faults.reach("reclaimer.after_releasing")
     return Again()
 
 
 async def _destroy(ctx: Context, claim: Claim, instance: Instance, evidence: Evidence) -> Result:
-    try:
-        await ctx.destroy(instance)
-    except NotFoundError:
-        _log(claim, "instance already absent", instance.uuid)
-        return Again()
-    except IdentityMismatchError as exc:
-        # Someone else's instance holds that GPU-instance id now; re-enumerate before acting.
-        _log(claim, "identity changed; re-checking", str(exc), level=logging.WARNING)
-        return Later(backoff.delay(1), f"identity changed: {exc}")
-    except DriverError as exc:
-        return await _destroy_failed(ctx, claim, instance, exc)
+    with step("destroy", claim, instance) as span:
+        try:
+            await ctx.destroy(instance)
+        except NotFoundError:
+            span.set_attribute("pk.absent", True)
+            _log(claim, "instance already absent", instance.uuid)
+            return Again()
+        except IdentityMismatchError as exc:
+            # Someone else's instance holds that GPU-instance id now; re-enumerate before acting.
+            failed(span, exc.kind, str(exc))
+            _log(claim, "identity changed; re-checking", str(exc), level=logging.WARNING)
+            return Later(backoff.delay(1), f"identity changed: {exc}")
+        except DriverError as exc:
+            failed(span, exc.kind, str(exc))
+            return await _destroy_failed(ctx, claim, instance, exc)
     if evidence.observed_at is not None:
         metrics.RECLAIM_SECONDS.observe(max(0.0, time.time() - evidence.observed_at))
     _log(claim, "instance destroyed", instance.uuid)
@@ -158,6 +166,15 @@ async def _destroy_failed(
 
 
 async def _remove(ctx: Context, claim: Claim) -> Result:
+    # The removal's ClaimChanged is published inside this span: the allocator's capacity update
+    # continues the trace from it.
+    with step("remove", claim) as span:
+        result = await _removal(ctx, claim)
+        span.set_attribute("pk.removed", isinstance(result, Outcome))
+    return result
+
+
+async def _removal(ctx: Context, claim: Claim) -> Result:
     if claim.kind == "partition" and claim.instance is not None:
         # Before the claim goes: while the claim exists, a crash here is finished on restart.
         await drop_descriptor(ctx.config.pods_dir, claim, claim.instance.uuid)

@@ -7,20 +7,23 @@
         span = await receiver.wait_for_span(lambda s: s.name == "watcher PodGone")
 
 It keeps every span it is sent, in arrival order, with the `service.name` of the resource that
-sent it, and lets a test wait for a condition with a deadline.
+sent it, and lets a test wait for a condition with a deadline: on one span (`wait_for_span`) or
+on everything received (`wait_until`, e.g. a whole trace arrived and is connected: `orphans`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,33 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     def find(self, predicate: Callable[[ReceivedSpan], bool]) -> list[ReceivedSpan]:
         return [s for s in self.spans if predicate(s)]
 
+    def trace(self, trace_id: str) -> list[ReceivedSpan]:
+        """Every span received so far of one trace, in arrival order."""
+        return [s for s in self.spans if s.trace_id == trace_id]
+
+    async def wait_until(
+        self, condition: Callable[[], T | None], timeout: float = 15.0, what: str = ""
+    ) -> T:
+        """What `condition` returns once it is not None, re-evaluated on every export, failing
+        at the deadline with what was received."""
+        found: list[T] = []
+
+        def ready() -> bool:
+            value = condition()
+            if value is not None:
+                found[:] = [value]
+            return bool(found)
+
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+            except TimeoutError:
+                names = sorted({(s.service, s.name) for s in self.spans})
+                raise AssertionError(
+                    f"{what or 'condition'} not met within {timeout}s; received: {names}"
+                ) from None
+        return found[0]
+
     async def wait_for_span(
         self, predicate: Callable[[ReceivedSpan], bool], timeout: float = 15.0
     ) -> ReceivedSpan:
@@ -118,6 +148,22 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
                     f"no matching span within {timeout}s; received: {names}"
                 ) from None
             return self.find(predicate)[0]
+
+
+def orphans(spans: Sequence[ReceivedSpan]) -> list[ReceivedSpan]:
+    """The spans whose parent is not among `spans`, roots included: exactly one (the root) when
+    the spans make one connected tree."""
+    ids = {s.span_id for s in spans}
+    return [s for s in spans if s.parent_id is None or s.parent_id not in ids]
+
+
+def ancestry(span: ReceivedSpan, spans: Sequence[ReceivedSpan]) -> list[ReceivedSpan]:
+    """`span`, its parent, its parent's parent... as far as `spans` hold them."""
+    by_id = {s.span_id: s for s in spans}
+    chain = [span]
+    while chain[-1].parent_id in by_id and len(chain) <= len(spans):
+        chain.append(by_id[chain[-1].parent_id])
+    return chain
 
 
 def _span(span: Any, service: str) -> ReceivedSpan:

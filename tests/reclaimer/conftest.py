@@ -14,7 +14,7 @@ from reclaimer.reclaimer_harness import FAST, MODEL, AuditLog, FakeWatcher, Hand
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.sim import SimDriver, init_state
-from partkeeper.testing.natsserver import NatsServer
+from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from services.reclaimer.tuning import Tuning
 

@@ -16,10 +16,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import nats
+import nats.errors
+
+from partkeeper.bus import ensure_topology
 from partkeeper.stack.natsserver import NatsServer, free_port
 
 CLUSTER_NAME = "pk-test"
 SIZE = 3
+TOPOLOGY_SECONDS = 60.0
 
 
 class Cluster:
@@ -79,9 +84,25 @@ class Cluster:
         raise AssertionError(f"no JetStream meta leader within {timeout:.0f}s; see "
                              f"{[s.log_path for s in self.servers]}")
 
-    async def start(self) -> None:
+    async def start(self, replicas: int = SIZE) -> None:
+        """Start the servers, wait for a meta leader, and create the streams and buckets with
+        `replicas` (as an operator would before the agents run: a fresh cluster may still time
+        out the first stream creations, which ends a starting service)."""
         await asyncio.gather(*(asyncio.to_thread(s.start) for s in self.servers))
         await self.wait_leader()
+        nc = await nats.connect(self.url.split(","))
+        try:
+            end = time.monotonic() + TOPOLOGY_SECONDS
+            while True:
+                try:
+                    await ensure_topology(nc.jetstream(), replicas=replicas)
+                    return
+                except nats.errors.Error:
+                    if time.monotonic() > end:
+                        raise
+                    await asyncio.sleep(0.5)  # the cluster is still electing stream leaders
+        finally:
+            await nc.close()
 
     async def kill(self, index: int) -> None:
         """SIGKILL: the server gets no chance to hand its leadership over."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from partkeeper.claims import ClaimsStore
-from partkeeper.stack.churn import Sentinel, Workload
+from partkeeper.stack.churn import Churn, Sentinel, Workload
 from partkeeper.stack.converge import Reader, Snapshot, converged
 from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import NatsServer
@@ -37,6 +37,14 @@ class Scene:
     work: Workload
     sentinel: Sentinel
     reader: Reader
+    churns: list[Churn] = field(default_factory=list)
+
+    def churn(self, profiles: Sequence[str | None], *, seed: int, slots: int = 3) -> Churn:
+        """Pods cycling until `Churn.stop()` (or the end of the scene)."""
+        churn = Churn(self.work, profiles, slots=slots, seed=seed)
+        self.churns.append(churn)
+        churn.start()
+        return churn
 
     async def admit(self, profile: str | None, prefix: str = "pod") -> PodTrack:
         """A Pod that must be admitted (Running)."""
@@ -80,8 +88,11 @@ async def scene(
         reader = Reader(work.kube.api, store, stack.layout.cluster.sim_state,
                         stack.layout.pods_dir, stack.node)
         sentinel.start()
+        sc = Scene(rig, work, sentinel, reader)
         try:
-            yield Scene(rig, work, sentinel, reader)
+            yield sc
         finally:
+            for churn in sc.churns:
+                await churn.stop()
             await sentinel.stop()
             await work.stop()

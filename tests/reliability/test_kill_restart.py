@@ -36,8 +36,7 @@ async def admitted_more(sc: Scene, churn: Churn, more: int, timeout: float) -> N
 
 async def churning(sc: Scene, seed: int) -> Churn:
     await sc.admit("3g.40gb", "keep")
-    churn = Churn(sc.work, CHURN_PROFILES, slots=3, seed=seed)
-    churn.start()
+    churn = sc.churn(CHURN_PROFILES, seed=seed)
     await churn.until_cycles(CYCLES_BEFORE, PROGRESS_SECONDS)
     return churn
 

@@ -9,26 +9,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
 from partkeeper.sim.apiserver.testing import WatchRecorder, core_v1
 
 
 @pytest.fixture
-def apiserver() -> Iterator[ApiServerThread]:
-    # A short bookmark interval so bookmark tests wait milliseconds, not the real minute.
-    server = ApiServerThread(bookmark_interval=0.05).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def apiserver_kubeconfig(apiserver: ApiServerThread, tmp_path: Path) -> Path:
-    return write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
-
-
-@pytest.fixture
-def core(apiserver_kubeconfig: Path) -> Iterator[client.CoreV1Api]:
-    api = core_v1(apiserver_kubeconfig)
+def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
+    api = core_v1(kubeconfig)
     yield api
     api.api_client.close()
 

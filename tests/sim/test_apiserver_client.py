@@ -16,10 +16,10 @@ from partkeeper.sim.apiserver import ApiServerThread
 from partkeeper.sim.apiserver.testing import pod_manifest
 
 
-def test_kubeconfig_loads_with_the_standard_loader(apiserver_kubeconfig: Path) -> None:
+def test_kubeconfig_loads_with_the_standard_loader(kubeconfig: Path) -> None:
     configuration = client.Configuration()
     config.load_kube_config(
-        config_file=str(apiserver_kubeconfig), client_configuration=configuration
+        config_file=str(kubeconfig), client_configuration=configuration
     )
     with client.ApiClient(configuration) as api_client:
         version = client.VersionApi(api_client).get_code()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +14,11 @@ from nats.js import JetStreamContext
 from watcher.watcher_harness import FAST, Published, RunningWatcher, until
 
 from partkeeper.config import Config
-from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
-from partkeeper.testing.natsserver import NatsServer
+from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper.stack.natsserver import NatsServer
 from schemas.names import pods_filter
 from services.watcher.main import serve
 from services.watcher.tuning import Tuning
-
-
-@pytest.fixture
-def apiserver() -> Iterator[ApiServerThread]:
-    # Frequent bookmarks, so a stopping watch thread notices at once.
-    server = ApiServerThread(bookmark_interval=0.05).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def kubeconfig(apiserver: ApiServerThread, tmp_path: Path) -> Path:
-    return write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
 
 
 @pytest.fixture

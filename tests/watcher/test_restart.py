@@ -17,7 +17,7 @@ from watcher.watcher_harness import Published
 from partkeeper.faults import EXIT_STATUS
 from partkeeper.sim.apiserver import ApiServerThread
 from partkeeper.sim.apiserver.testing import pod_manifest
-from partkeeper.testing.natsserver import NatsServer
+from partkeeper.stack.natsserver import NatsServer
 from schemas import PodGone
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,9 +35,11 @@ from partkeeper.sim.kubelet.records import (
     new_containers,
 )
 from partkeeper.sim.kubelet.source import PodSource
+from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 
 log = logging.getLogger(__name__)
+_tracer = tracing.tracer(__name__)
 
 UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
 CREATE_CONTAINER_ERROR = "CreateContainerError"
@@ -266,6 +268,13 @@ class SimKubelet:
     # -- admission -------------------------------------------------------------------------
 
     async def _admit(self, pod: PodView) -> None:
+        # The plugins' calls carry this span (plugins.py), so the allocator's Allocate joins
+        # the admission's trace, as it would not with a real kubelet.
+        attributes = {"pk.pod_uid": pod.uid, "pk.pod": pod.key}
+        with _tracer.start_as_current_span("kubelet admit", attributes=attributes):
+            await self._admission(pod)
+
+    async def _admission(self, pod: PodView) -> None:
         rec = PodRecord(pod, PodState.ADMITTING, new_containers(pod))
         self._pods[pod.uid] = rec
         self._changes.touch()

@@ -31,6 +31,7 @@ from partkeeper.kubelet import (
     wait_ready,
 )
 from partkeeper.sim.kubelet.pods import is_extended_resource
+from partkeeper.telemetry.grpc import outgoing_metadata
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,8 @@ class Endpoint:
     async def _call(self, method: str, request: object, timeout: float | None = None) -> object:
         stub = self._require_stub()
         try:
-            return await getattr(stub, method)(request, timeout=timeout)
+            return await getattr(stub, method)(request, timeout=timeout,
+                                               metadata=outgoing_metadata())
         except grpc.aio.AioRpcError as exc:
             raise PluginCallError(
                 f"{method} for {self.resource} failed: {exc.code().name}: {exc.details()}"
