@@ -268,10 +268,9 @@ class SimKubelet:
     # -- admission -------------------------------------------------------------------------
 
     async def _admit(self, pod: PodView) -> None:
-        # The plugins' calls carry this span (plugins.py), so the allocator's Allocate joins
-        # the admission's trace, as it would not with a real kubelet.
-        attributes = {"pk.pod_uid": pod.uid, "pk.pod": pod.key}
-        with _tracer.start_as_current_span("kubelet admit", attributes=attributes):
+        # The plugin calls carry this span (plugins.py): unlike kubelet's, Allocate joins it.
+        ids = {"pk.pod_uid": pod.uid, "pk.pod": pod.key}
+        with _tracer.start_as_current_span("kubelet admit", attributes=ids):
             await self._admission(pod)
 
     async def _admission(self, pod: PodView) -> None:
