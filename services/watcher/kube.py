@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
+import weakref
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -79,6 +82,8 @@ class Kube:
         self.api = api
         self.node = node
         self.request_timeout = request_timeout
+        # Watch threads using this client: close() must not pull the client from under them.
+        self.watch_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
     @classmethod
     async def connect(
@@ -92,7 +97,12 @@ class Kube:
             raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
         return cls(client.CoreV1Api(api_client), config.node, request_timeout=request_timeout)
 
-    def close(self) -> None:
+    def close(self, join_timeout: float = 4.0) -> None:
+        """Wait (bounded) for stopped watch threads to leave the client, then close it. A daemon
+        thread still inside the HTTP client while the interpreter finalises can abort it."""
+        deadline = time.monotonic() + join_timeout
+        for thread in list(self.watch_threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.api.api_client.close()
 
     async def list_pods(self) -> Listing:

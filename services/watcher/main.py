@@ -64,7 +64,7 @@ async def serve(
         sync.stop()
         with contextlib.suppress(Exception):
             await service.stop()
-        kube.close()
+        await asyncio.to_thread(kube.close)
 
 
 async def _bucket(js: JetStreamContext) -> KeyValue:

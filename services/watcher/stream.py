@@ -52,6 +52,7 @@ class WatchRequest:
 
     def start(self) -> WatchRequest:
         self._thread.start()
+        self.kube.watch_threads.add(self._thread)
         return self
 
     def stop(self) -> None:
@@ -88,3 +89,4 @@ class WatchRequest:
         except RuntimeError:
             # The event loop is closed: the service is gone and nobody reads the queue.
             self._stopping.set()
+
