@@ -20,6 +20,8 @@ from typing import Any
 
 from partkeeper.sim.cluster import ClusterPaths
 
+PODS_DIR_MODE = 0o750
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
@@ -61,8 +63,11 @@ class Layout:
     def create(self) -> None:
         """Make the directories; raises ClusterError when socket paths would be too long."""
         self.cluster.check()
-        for path in (self.root, self.nats_dir, self.logs_dir, self.pods_dir):
+        for path in (self.root, self.nats_dir, self.logs_dir):
             path.mkdir(parents=True, exist_ok=True)
+        # As the services would make it (partkeeper.workdir.DIR_MODE), whatever the umask.
+        self.pods_dir.mkdir(mode=PODS_DIR_MODE, exist_ok=True)
+        self.pods_dir.chmod(PODS_DIR_MODE)
 
 
 def write_json(path: Path, content: Any) -> None:

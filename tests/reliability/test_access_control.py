@@ -1,0 +1,151 @@
+"""NATS users per service (compose/nats/nats.conf): each service runs on its own user, a whole
+lifecycle works with all four, and a user is refused what belongs to another service or node.
+
+The server is a real nats-server started with the shipped configuration. A refused publish or
+subscription is reported by the server as a permissions violation, which the client receives
+as an asynchronous error; each check waits (bounded) for exactly that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+from reliability.rel_harness import scene
+
+from partkeeper.stack.launch import SERVICES
+from partkeeper.stack.natsserver import NatsServer
+
+pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
+
+CONFIG = Path(__file__).resolve().parents[2] / "compose" / "nats" / "nats.conf"
+ADMIN = ("pk-admin", "pk-admin-dev")
+NODE, OTHER = "sim-node-0", "sim-node-1"
+REFUSAL_SECONDS = 5.0
+ALLOWED_SECONDS = 0.5
+
+
+def user(service: str) -> tuple[str, str]:
+    return f"pk-{service}", f"pk-{service}-dev"
+
+
+@pytest.fixture
+def server() -> Iterator[NatsServer]:
+    running = NatsServer(config=str(CONFIG)).start()
+    yield running
+    running.stop()
+
+
+class Session:
+    """A connection as one user, remembering every error the server sent it."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc: Client | None = None
+
+    async def open(self, url: str, name: str, password: str) -> Session:
+        async def on_error(exc: Exception) -> None:
+            self.errors.append(str(exc).lower())
+
+        self.nc = await nats.connect(url, user=name, password=password, error_cb=on_error,
+                                     allow_reconnect=False, connect_timeout=2)
+        return self
+
+    async def refused(self, what: str, subject: str, within: float = REFUSAL_SECONDS) -> bool:
+        """The server said `what` ("publish"/"subscription") to `subject` is not allowed.
+
+        The server answers a refused operation before the flush's PONG, so an allowed one needs
+        only a short look after the flush."""
+        assert self.nc is not None
+        await self.nc.flush()
+        wanted = f"permissions violation for {what} to \"{subject.lower()}\""
+        end = time.monotonic() + within
+        while not any(wanted in e for e in self.errors):
+            if time.monotonic() > end:
+                return False
+            await asyncio.sleep(0.05)  # the error arrives asynchronously; bounded wait
+        return True
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            await self.nc.close()
+
+
+async def as_user(server: NatsServer, service: str) -> Session:
+    return await Session().open(server.url, *user(service))
+
+
+async def test_each_service_on_its_own_user_runs_a_lifecycle(server: NatsServer) -> None:
+    overrides = {s: {"NATS_USER": user(s)[0], "NATS_PASSWORD": user(s)[1]} for s in SERVICES}
+    async with scene(servers=[server], overrides=overrides, credentials=ADMIN) as sc:
+        partition = await sc.admit("1g.10gb", "acl")
+        piece = await sc.admit(None, "acl")
+        for pod in (partition, piece):
+            await sc.work.delete(pod)
+        await sc.check_converged()
+        for name in SERVICES:
+            log = sc.rig.layout.log(name).read_text()
+            assert "permissions violation" not in log, f"{name} was refused something:\n" \
+                f"{sc.logs([name], 30)}"
+
+
+async def test_only_the_watcher_publishes_pod_events(server: NatsServer) -> None:
+    subject = f"pk.pods.{NODE}.0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
+    for service in ("allocator", "reclaimer", "gc"):
+        session = await as_user(server, service)
+        try:
+            await session.nc.publish(subject, b"{}")  # type: ignore[union-attr]
+            assert await session.refused("publish", subject), (service, session.errors)
+        finally:
+            await session.close()
+    watcher = await as_user(server, "watcher")
+    try:
+        await watcher.nc.publish(subject, b"{}")  # type: ignore[union-attr]
+        assert not await watcher.refused("publish", subject, ALLOWED_SECONDS), watcher.errors
+    finally:
+        await watcher.close()
+
+
+async def test_the_gc_cannot_publish_partition_events_nor_reclaim(server: NatsServer) -> None:
+    gc = await as_user(server, "gc")
+    try:
+        for subject in (f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.1"):
+            await gc.nc.publish(subject, b"{}")  # type: ignore[union-attr]
+            assert await gc.refused("publish", subject), gc.errors
+        with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+            await gc.nc.request(f"pk.{NODE}.reclaim.now", b"{}", timeout=1.0)  # type: ignore[union-attr]
+        assert await gc.refused("publish", f"pk.{NODE}.reclaim.now"), gc.errors
+        # What it may do: announce a collected working directory on the node-scope subject.
+        await gc.nc.publish(f"pk.parts.{NODE}.node", b"{}")  # type: ignore[union-attr]
+        assert not await gc.refused("publish", f"pk.parts.{NODE}.node", ALLOWED_SECONDS), gc.errors
+    finally:
+        await gc.close()
+
+
+@pytest.mark.parametrize("service", SERVICES)
+async def test_a_node_user_cannot_reach_another_nodes_subjects(server: NatsServer,
+                                                               service: str) -> None:
+    session = await as_user(server, service)
+    try:
+        for subject in (f"pk.pods.{OTHER}.*", f"pk.parts.{OTHER}.*", f"pk.{OTHER}.pods.get",
+                        f"pk.{OTHER}.reclaim.now", f"pk.{OTHER}.claims.query"):
+            await session.nc.subscribe(subject)  # type: ignore[union-attr]
+            assert await session.refused("subscription", subject), (service, session.errors)
+        durable = f"{service}-pk_pods-{OTHER}"
+        api = f"$JS.API.CONSUMER.CREATE.PK_PODS.{durable}.pk.pods.{OTHER}.*"
+        await session.nc.publish(api, b"{}")  # type: ignore[union-attr]
+        assert await session.refused("publish", api), (service, session.errors)
+    finally:
+        await session.close()
+
+
+async def test_a_wrong_password_is_refused(server: NatsServer) -> None:
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(server.url, user="pk-gc", password="pk-watcher-dev",
+                           allow_reconnect=False, connect_timeout=2, max_reconnect_attempts=0)
