@@ -9,12 +9,14 @@ handler kills the process on every delivery still reaches the dead-letter stream
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
@@ -106,24 +108,47 @@ class ConsumerRunner(Generic[T]):
             await self.js.add_consumer(self.stream, config=config)
 
     async def run(self, *, fetch_timeout: float = 5.0) -> None:
-        """Fetch and process until cancelled. Long-polls: no busy loop when idle."""
-        await self.ensure()
-        sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
-        try:
-            while True:
-                _raise_if_cancelling()
-                try:
-                    msgs = await sub.fetch(self.batch, timeout=fetch_timeout)
-                except (TimeoutError, nats.errors.TimeoutError):
-                    continue
-                except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-                    await asyncio.sleep(backoff.delay(1))
-                    continue
-                for msg in msgs:
-                    _raise_if_cancelling()  # unprocessed messages are redelivered after ack_wait
-                    await self.process(msg)
-        finally:
-            await sub.unsubscribe()
+        """Fetch and process until cancelled. Long-polls: no busy loop when idle.
+
+        A server-side failure of the consumer (no leader after a cluster node is lost, the
+        durable deleted) re-creates and re-binds it after a backoff instead of ending the service.
+        """
+        failures = 0
+        while True:
+            _raise_if_cancelling()
+            try:
+                await self.ensure()
+                sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+            except (TimeoutError, nats.errors.Error) as exc:
+                failures += 1
+                log.warning("consumer %s on %s unavailable (%s); retrying",
+                            self.durable, self.stream, exc or type(exc).__name__)
+                await asyncio.sleep(backoff.delay(failures, cap=5.0))
+                continue
+            try:
+                await self._fetch_loop(sub, fetch_timeout)
+            except nats.js.errors.APIError as exc:
+                failures += 1
+                log.warning("consumer %s on %s failed (%s); re-creating it",
+                            self.durable, self.stream, exc)
+                await asyncio.sleep(backoff.delay(failures, cap=5.0))
+            finally:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+
+    async def _fetch_loop(self, sub: JetStreamContext.PullSubscription, timeout: float) -> None:
+        while True:
+            _raise_if_cancelling()
+            try:
+                msgs = await sub.fetch(self.batch, timeout=timeout)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                await asyncio.sleep(backoff.delay(1))
+                continue
+            for msg in msgs:
+                _raise_if_cancelling()  # unprocessed messages are redelivered after ack_wait
+                await self.process(msg)
 
     async def lag(self) -> int:
         """Messages not yet delivered to this consumer (for the consumer-lag metric)."""
@@ -175,7 +200,8 @@ class ConsumerRunner(Generic[T]):
     async def _dead_letter(self, msg: Msg, error: str, attempt: int) -> None:
         seq = msg.metadata.sequence.stream
         headers = {
-            "Nats-Msg-Id": f"dlq/{self.stream}/{seq}",
+            # Each reader of a stream dead-letters its own copy: the id names the consumer too.
+            "Nats-Msg-Id": f"dlq/{self.stream}/{self.durable}/{seq}",
             "Pk-Original-Subject": msg.subject,
             "Pk-Original-Stream": self.stream,
             "Pk-Original-Sequence": str(seq),

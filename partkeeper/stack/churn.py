@@ -22,7 +22,13 @@ from kubernetes.client.exceptions import ApiException
 
 from partkeeper.stack.kube import Kube, PodWatch
 from partkeeper.stack.launch import Stack
-from partkeeper.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
+from partkeeper.stack.observe import (
+    DemoError,
+    Observer,
+    PodTrack,
+    honour_cancel,
+    woken_or_timeout,
+)
 from partkeeper.stack.probe import Probe
 from partkeeper.stack.scheduling import Scheduler
 
@@ -106,17 +112,6 @@ class Workload:
         """Delete every Pod this workload made (whose name starts with `prefix`)."""
         await asyncio.gather(*(self.delete(p) for p in self.pods()
                                if p.name.startswith(prefix) and p.deleted is None))
-
-
-def honour_cancel() -> None:
-    """Raise CancelledError if this task was asked to stop.
-
-    On Python 3.11 a library's asyncio.wait_for (nats-py uses it for requests) can swallow a
-    cancellation that races its result; a loop that goes on regardless would never stop.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 class Churn:

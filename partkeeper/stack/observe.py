@@ -59,6 +59,17 @@ class PodTrack:
         return self.running is not None or bool(self.refused)
 
 
+def honour_cancel() -> None:
+    """Raise CancelledError if this task was asked to stop.
+
+    On Python 3.11 a library's asyncio.wait_for (nats-py uses it for every request) can swallow a
+    cancellation that races its result; a loop that goes on regardless would never stop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def woken_or_timeout(event: asyncio.Event, seconds: float) -> None:
     """Wait for `event` at most `seconds`.
 
@@ -96,6 +107,7 @@ class Wakeups:
         deadline = time.monotonic() + timeout
         with self.listen() as woken:
             while True:
+                honour_cancel()
                 woken.clear()  # before checking, so a change during the check is not lost
                 result = await check()
                 if result:
@@ -161,9 +173,12 @@ class Observer:
     async def _watch_capacity(self) -> None:
         """Every capacity document the allocator publishes is a wake-up."""
         kv = await self.nc.jetstream().key_value(BUCKET_CAPACITY)
+        honour_cancel()
         watcher = await kv.watch(capacity_key(self.node))
         try:
+            honour_cancel()
             async for _ in watcher:
+                honour_cancel()
                 self.wakeups.touch()
         finally:
             with contextlib.suppress(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import stat
 from pathlib import Path
 
@@ -74,6 +75,8 @@ class PluginServer:
         deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(servicer, server)
         server.add_insecure_port(unix_target(self.path))
         await server.start()
+        # Only kubelet (root) may call Allocate: the socket's mode must not depend on the umask.
+        os.chmod(self.path, 0o600)
         self._server, self._servicer = server, servicer
         self._identity = identity(self.path)
         log.info("serving %s on %s", self.offer.resource, self.path)

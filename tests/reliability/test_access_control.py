@@ -9,6 +9,7 @@ as an asynchronous error; each check waits (bounded) for exactly that error.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ def server() -> Iterator[NatsServer]:
     running = NatsServer(config=str(CONFIG)).start()
     yield running
     running.stop()
+    shutil.rmtree(running.store_dir, ignore_errors=True)
 
 
 class Session:

@@ -169,12 +169,6 @@ async def test_garbage_on_every_consumed_subject() -> None:
 
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="partkeeper/bus/consumer.py _dead_letter sets Nats-Msg-Id dlq/<stream>/<seq> without "
-           "the consumer: the reclaimer's and the GC's copies of one poison message share an "
-           "id, the stream drops the second as a duplicate, and that reader's dead letter is lost",
-)
 async def test_each_reader_dead_letters_its_own_copy() -> None:
     async with scene() as sc:
         js, token = sc.rig.stack.nc.jetstream(), encode_token(sc.rig.stack.node)

@@ -22,12 +22,6 @@ CONSUMERS = ("reclaimer", "gc")
 RECREATE_SECONDS = 20.0  # several of the runners' 5 s long polls
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="partkeeper/bus/consumer.py ConsumerRunner.run lets fetch()'s "
-           "ServiceUnavailableError (503, no consumer leader) escape: the reclaimer and the GC "
-           "exit with status 1 instead of re-creating their durable and fetching again",
-)
 async def test_consumers_survive_their_durable_losing_its_leader() -> None:
     async with scene() as sc:
         js = sc.rig.stack.nc.jetstream()

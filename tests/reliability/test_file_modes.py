@@ -60,12 +60,6 @@ async def test_plugin_sockets_refuse_group_and_others() -> None:
         assert not opened, f"sockets connectable by group or others: {opened}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="services/allocator/registration.py binds the plugin sockets with grpc and never "
-           "chmods them: their mode is whatever the umask leaves (0777 under umask 0), so any "
-           "local user who can reach the device-plugin dir can call Allocate",
-)
 async def test_plugin_sockets_are_owner_only_whatever_the_umask() -> None:
     async with scene() as sc:
         previous = os.umask(0)  # the restarted allocator inherits it
