@@ -52,7 +52,8 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
     if nc is None:
         return
     try:
-        await bus.ensure_topology(nc.jetstream(), replicas=config.stream_replicas)
+        if not await topology_until_ready(nc, config, stop):
+            return
         task = asyncio.create_task(body(config, nc), name=f"{name}-body")
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -63,6 +64,24 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
     finally:
         with contextlib.suppress(Exception):
             await nc.drain()
+
+
+async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) -> bool:
+    """Create the streams and buckets, retrying while JetStream cannot answer yet (a new cluster
+    still electing its stream leaders). False if told to stop first."""
+    attempt = 0
+    while not stop.is_set():
+        attempt += 1
+        try:
+            await bus.ensure_topology(nc.jetstream(), replicas=config.stream_replicas)
+            return True
+        except Exception as exc:
+            wait = bus.backoff.delay(attempt, base=0.5, cap=10)
+            log.warning("JetStream not ready (%s); creating streams again in %.1fs",
+                        exc or type(exc).__name__, wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+    return False
 
 
 async def connect_until_ready(config: Config, name: str, stop: asyncio.Event) -> Client | None:
