@@ -46,19 +46,7 @@ class PodView:
 
     async def run(self, loaded: asyncio.Event) -> None:
         """Follow the bucket until cancelled; `loaded` is set once the first replay is complete."""
-        attempt = 0
-        while True:
-            try:
-                await self._follow(loaded)
-                problem = "the watch ended"
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                problem = str(exc)
-            attempt += 1
-            wait = backoff.delay(attempt, cap=5.0)
-            log.warning("watching pk-pods: %s; again in %.1fs", problem, wait)
-            await asyncio.sleep(wait)
+        await backoff.keep_following("watching pk-pods", lambda: self._follow(loaded))
 
     async def _follow(self, loaded: asyncio.Event) -> None:
         watcher = await self.kv.watch(f"{self.prefix}*")

@@ -139,26 +139,17 @@ def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:
 
 async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None:
     """Touch on every change of this node's claim documents (whoever wrote it)."""
-    attempt = 0
-    while True:
+
+    async def follow() -> None:
+        watcher = await kv.watch(f"{claims_prefix(ctx.node)}*", meta_only=True)
         try:
-            watcher = await kv.watch(f"{claims_prefix(ctx.node)}*", meta_only=True)
-            try:
-                async for entry in watcher:
-                    if entry is None:
-                        ready.set()
-                    ctx.changes.touch()
-            finally:
-                await watcher.stop()
-            problem = "the watch ended"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            problem = str(exc)
-        attempt += 1
-        wait = backoff.delay(attempt, cap=5.0)
-        log.warning("watching pk-claims: %s; again in %.1fs", problem, wait)
-        await asyncio.sleep(wait)
-        ctx.changes.touch()
+            async for entry in watcher:
+                if entry is None:
+                    ready.set()
+                ctx.changes.touch()
+        finally:
+            await watcher.stop()
+
+    await backoff.keep_following("watching pk-claims", follow, after_gap=ctx.changes.touch)
 
 

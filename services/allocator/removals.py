@@ -45,20 +45,8 @@ class Removals:
 
     async def run(self) -> None:
         """Follow the node's partition subjects until cancelled; resubscribe after a failure."""
-        attempt = 0
         try:
-            while True:
-                try:
-                    await self._follow()
-                    problem = "the subscription ended"
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    problem = str(exc)
-                attempt += 1
-                wait = backoff.delay(attempt, cap=5.0)
-                log.warning("following %s: %s; again in %.1fs", STREAM_PARTITIONS, problem, wait)
-                await asyncio.sleep(wait)
+            await backoff.keep_following(f"following {STREAM_PARTITIONS}", self._follow)
         finally:
             for task in self.open:
                 task.cancel()
