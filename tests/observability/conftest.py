@@ -19,7 +19,7 @@ from watcher.watcher_harness import FAST, RunningWatcher, until
 
 from partkeeper.config import Config
 from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
-from partkeeper.testing.natsserver import NatsServer
+from partkeeper.stack.natsserver import NatsServer
 from services.watcher.main import serve
 from services.watcher.tuning import Tuning
 

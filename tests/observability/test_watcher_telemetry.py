@@ -14,8 +14,8 @@ from observability.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from partkeeper.sim.apiserver import ApiServerThread
 from partkeeper.sim.apiserver.testing import pod_manifest
+from partkeeper.stack.natsserver import free_port
 from partkeeper.telemetry import tracing
-from partkeeper.testing.natsserver import free_port
 from schemas.names import STREAM_PARTITIONS, durable_name, pods_filter
 from services.watcher.recorder import SERVICE
 
