@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+
 from schemas import Claim
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -17,13 +21,26 @@ def make_claim(
     )
 
 
-async def eventually(check, *, timeout: float = 10.0, interval: float = 0.02) -> None:
-    """Wait until `await check()` is truthy, failing after `timeout` seconds (a deadline)."""
-    import asyncio
 
+async def until(
+    check: Callable[[], Awaitable[object] | object],
+    what: str,
+    timeout: float = 10.0,
+    *,
+    on_timeout: Callable[[], None] | None = None,
+) -> None:
+    """Wait until `check()` (sync or async) is truthy, failing with `what` after `timeout`
+    seconds: a deadline, never an expectation of how long anything takes."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not await check():
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
         if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout:g}s: {check.__qualname__}")
-        await asyncio.sleep(interval)
+            if on_timeout is not None:
+                on_timeout()
+            raise AssertionError(f"not within {timeout:g}s: {what}")
+        await asyncio.sleep(0.01)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-import time
 import traceback
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -20,6 +19,7 @@ from pathlib import Path
 from allocator.allocator_peers import TableReclaimer, TableWatcher
 from nats.aio.client import Client
 
+import tests_support as support
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Instance
@@ -53,17 +53,7 @@ def new_uid() -> str:
 async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
                 deadline: float = DEADLINE) -> None:
     """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
-    end = time.monotonic() + deadline
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > end:
-            _show_stuck_work()
-            raise AssertionError(f"not within {deadline:g}s: {what}")
-        await asyncio.sleep(0.01)
+    await support.until(check, what, deadline, on_timeout=_show_stuck_work)
 
 
 def _show_stuck_work() -> None:

@@ -23,7 +23,7 @@ from schemas.names import (
     pods_get_subject,
     pods_subject,
 )
-from tests_support import eventually
+from tests_support import until
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 
@@ -99,7 +99,7 @@ async def test_retry_redelivers_then_acks(js, node: str) -> None:
             info = await js.consumer_info(STREAM_PODS, r.durable)
             return info.num_ack_pending == 0 and info.num_pending == 0
 
-        await eventually(acked)
+        await until(acked, "the message acknowledged")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.micro.service import Service
 
+import tests_support as support
 from partkeeper import bus, workdir
 from partkeeper.bus.rpc import Endpoint
 from schemas import (
@@ -152,13 +153,8 @@ class FakeAllocator:
 
 
 async def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Wait for a filesystem condition, looking again every few milliseconds, up to a deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for: {what}")
-        await asyncio.sleep(0.02)
+    """Wait for a filesystem condition, up to a deadline."""
+    await support.until(check, what, timeout)
 
 
 def snapshot(top: Path) -> dict[str, bytes | str]:

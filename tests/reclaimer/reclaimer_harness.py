@@ -22,6 +22,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.micro.service import Service
 
+import tests_support as support
 from partkeeper.bus import publish, serve
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, machine
@@ -67,16 +68,7 @@ def new_uid() -> str:
 async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
                 deadline: float = DEADLINE) -> None:
     """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
-    end = time.monotonic() + deadline
-    while True:
-        result = check()
-        if isinstance(result, Awaitable):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {deadline:g}s: {what}")
-        await asyncio.sleep(0.02)
+    await support.until(check, what, deadline)
 
 
 @dataclass
