@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from partkeeper.errors import StartupError
+
 DEFAULT_METRICS_PORTS = {"watcher": 9401, "allocator": 9402, "reclaimer": 9403, "gc": 9404}
 
 
-class ConfigError(ValueError):
+class ConfigError(StartupError, ValueError):
     """A configuration value is missing or malformed; the message says which and why."""
 
 
