@@ -4,7 +4,7 @@ The embedded stack (nats-server, simulated cluster, the four services as process
 churning for N minutes while faults are injected at random: `kill -9` of a random service (then
 started again), the nats-server restarted in place, a partition held busy while its Pod is
 deleted (released a moment later). Then the churn stops, every Pod is deleted, and the node must
-converge (partkeeper.stack.converge). Reported: Pods created, admitted, refused; faults injected;
+converge (tests_support.converge). Reported: Pods created, admitted, refused; faults injected;
 leaks (instances without a live owner); destroys under live Pods (the sentinel: an active claim
 of a live Pod whose instance vanished, or whose claim was released); lost events (a deleted Pod
 whose claim is never released); peak RSS per service. Exit status 0 only with none of the three.
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from partkeeper.claims import ClaimsStore
-from partkeeper.stack.churn import Churn, Sentinel, Workload
-from partkeeper.stack.converge import NotConverged, Reader, converged, problems
 from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.rig import Rig, open_rig, reconnected
 from schemas.names import BUCKET_CLAIMS
+from tests_support.churn import Churn, Sentinel, Workload
+from tests_support.converge import NotConverged, Reader, converged, problems
+from tests_support.rig import Rig, open_rig, reconnected
 
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", None)
 FAULT_GAP = (4.0, 12.0)  # seconds between faults

@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_status)
 
-    sim_cli.register(sub)
+    # The simulated cluster lives with the simulator, not the driver; its module imports only the
+    # standard library until the subcommand runs.
+    from partkeeper.sim import cluster
+
+    cluster.register(sim_cli.register(sub))
     return parser
 
 

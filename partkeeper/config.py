@@ -37,7 +37,6 @@ class Config:
     sim_state: Path = Path("/var/lib/partkeeper/sim.json")
     foreign_policy: Literal["keep", "reap"] = "keep"
     foreign_grace_seconds: float = 300.0
-    faults: str = ""
     metrics_port: int | None = None  # None: the service's default
     resync_seconds: float = 10.0
     stream_replicas: int = 1
@@ -100,8 +99,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         raise ConfigError(f"PK_NODE_NAME={node!r} must be 1 to 253 characters")
     from partkeeper.faults import parse as parse_faults  # validated here, applied by faults
 
-    faults = env.get("PK_FAULTS", "").strip()
-    parse_faults(faults)
+    parse_faults(env.get("PK_FAULTS", "").strip())
     return Config(
         nats_urls=_nats_urls(env),
         nats_user=env.get("NATS_USER") or None,
@@ -118,7 +116,6 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         sim_state=Path(env.get("PK_SIM_STATE") or "/var/lib/partkeeper/sim.json"),
         foreign_policy=_choice(env, "PK_FOREIGN_POLICY", "keep", ("keep", "reap")),  # type: ignore[arg-type]
         foreign_grace_seconds=_number(env, "PK_FOREIGN_GRACE_SECONDS", 300.0, minimum=0),
-        faults=faults,
         metrics_port=_integer(env, "PK_METRICS_PORT", None, minimum=0),
         resync_seconds=_number(env, "PK_RESYNC_SECONDS", 10.0, minimum=0.05),
         stream_replicas=_integer(env, "PK_STREAM_REPLICAS", 1, minimum=1) or 1,

@@ -160,7 +160,6 @@ class BucketSpec:
 class ConsumerSpec:
     ack_wait_seconds: float = 30.0
     max_deliver: int = 10
-    backoff_seconds: tuple[float, ...] = (0.2, 1.0, 5.0, 15.0, 30.0)
 
 
 DAY = 86_400.0

@@ -1,4 +1,5 @@
-"""Session fixtures: one real nats-server with JetStream per test session; task-leak check."""
+"""Fixtures, one per real component: the nats-server with JetStream (one per session), the
+simulated API server and its kubeconfig, the watcher in-process; and the task-leak check."""
 
 from __future__ import annotations
 
@@ -6,16 +7,22 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
 from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology
+from partkeeper.config import Config
 from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
 from partkeeper.stack.natsserver import NatsServer
+from services.watcher.main import serve
+from services.watcher.tuning import Tuning
+from tests_support import until
+from tests_support.watcher import FAST, RunningWatcher
 
 
 @pytest.fixture(scope="session")
@@ -81,3 +88,39 @@ def apiserver() -> Iterator[ApiServerThread]:
 @pytest.fixture
 def kubeconfig(apiserver: ApiServerThread, tmp_path: Path) -> Path:
     return write_kubeconfig(tmp_path / "kubeconfig", apiserver.url)
+
+
+@pytest.fixture
+def watcher_config(nats_server: NatsServer, node: str, kubeconfig: Path) -> Config:
+    return Config(nats_urls=(nats_server.url,), node=node, kubeconfig=str(kubeconfig))
+
+
+@pytest.fixture
+async def start_watcher(
+    nc: Client, js: object, watcher_config: Config, apiserver: ApiServerThread
+) -> AsyncIterator[Callable[..., Any]]:
+    """Start the watcher in-process (as the embedded stack does) and wait until it is ready and
+    its watch is open (so a test that stalls the watch stalls it); all are stopped at the end."""
+    running: list[RunningWatcher] = []
+
+    async def start(tuning: Tuning = FAST, *, wait_ready: bool = True) -> RunningWatcher:
+        ready = asyncio.Event()
+        task = asyncio.create_task(serve(watcher_config, nc, ready=ready, tuning=tuning),
+                                   name="watcher")
+        watcher = RunningWatcher(task, ready)
+        running.append(watcher)
+        if wait_ready:
+            waiter = asyncio.create_task(ready.wait())
+            done, _ = await asyncio.wait(
+                {task, waiter}, timeout=15, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            if task in done:
+                task.result()
+            assert ready.is_set(), "the watcher did not become ready within 15s"
+            await until(lambda: apiserver.open_watches() > 0, "the watcher's watch", 10)
+        return watcher
+
+    yield start
+    for watcher in running:
+        await watcher.stop()

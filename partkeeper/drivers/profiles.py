@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SLICES_PER_CARD = 8
-
 
 @dataclass(frozen=True, slots=True)
 class Profile:

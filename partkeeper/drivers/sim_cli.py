@@ -25,8 +25,11 @@ EXIT_FAILED = 1  # the system refused (e.g. the state directory is not writable)
 Handler = Callable[[argparse.Namespace, Path], tuple[Any, str]]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `sim` and its subcommands to the `partkeeper` parser."""
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add `sim` and its subcommands to the `partkeeper` parser; the `sim` subcommands, so that
+    the command line can add `sim cluster` (the simulator's, not the driver's)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--state", type=Path, help="the state file (default: PK_SIM_STATE or its default)"
@@ -69,12 +72,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     latency = command("latency", _latency, "make every later create or destroy take this long")
     latency.add_argument("--op", required=True, choices=("create", "destroy"))
     latency.add_argument("--ms", type=int, required=True, help="milliseconds (0 turns it off)")
-
-    # The simulated cluster lives with the simulator, not the driver; its module imports only the
-    # standard library until the subcommand runs.
-    from partkeeper.sim import cluster
-
-    cluster.register(ops)
+    return ops
 
 
 def _runner(handler: Handler) -> Callable[[argparse.Namespace], int]:

@@ -32,12 +32,6 @@ def free_per_card(
     return {card: placeable(legal, taken.get(card, ())) for card, legal in offer.legal.items()}
 
 
-def free_total(
-    offer: Offer, claims: Iterable[Claim], instances: Iterable[Instance]
-) -> int:
-    return sum(free_per_card(offer, list(claims), list(instances)).values())
-
-
 def by_card(
     offers: Mapping[str, Offer], claims: Sequence[Claim], instances: Sequence[Instance]
 ) -> dict[int, dict[str, int]]:

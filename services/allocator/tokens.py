@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 from schemas import Claim
 
-DEAD_POD_STATES = frozenset({"finished", "gone"})
-
 
 @dataclass(frozen=True, slots=True)
 class Hold:

@@ -31,6 +31,7 @@ from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.main import serve
 from services.allocator.options import LookupPolicy, Options
 from services.allocator.registration import endpoint_name
+from tests_support.gate import Gate
 
 pb = deviceplugin_pb2
 DEADLINE = 15.0  # a bound on waiting, never an expectation of how long anything takes
@@ -141,13 +142,16 @@ async def node_stack(
     options: Options = FAST,
     slices_per_card: int = 4,
     pod_resources: bool = True,
+    gate: Gate | None = None,
 ) -> AsyncIterator[Node]:
     """A node; `pod_resources=False` points the allocator at a socket that does not exist, for
-    tests that call Allocate themselves (kubelet would list the Pod it admits; these have none)."""
+    tests that call Allocate themselves (kubelet would list the Pod it admits; these have none).
+    With a `gate`, the simulated driver spends its latencies in it: an operation given a latency
+    parks until the test opens the gate."""
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     state = directory / "sim.json"
     init_state(state, list(cards), list(sliced))
-    driver = SimDriver(state)
+    driver = SimDriver(state) if gate is None else SimDriver(state, sleep=gate.sleep)
     podres = directory / ("pr.sock" if pod_resources else "absent.sock")
     config = Config(node=node, kubelet_dir=directory / "dp",
                     pod_resources_socket=podres, pods_dir=directory / "pods",
@@ -178,6 +182,8 @@ async def node_stack(
         if task.done():
             task.result()  # the allocator must not have stopped on its own: show why it did
     finally:
+        if gate is not None:
+            gate.open()  # a test that failed with the gate shut must not hold the teardown
         if task.done() and not task.cancelled() and task.exception() is not None:
             traceback.print_exception(task.exception())  # why the allocator stopped early
         task.cancel()

@@ -18,6 +18,7 @@ from partkeeper.drivers import InstanceSpec
 from partkeeper.workdir import descriptor_path
 from schemas import AllocateRefused, Claim, PartitionEvent, decode
 from schemas.names import STREAM_PARTITIONS, parts_subject
+from tests_support.gate import Gate
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"
@@ -173,17 +174,20 @@ async def test_inv2_allocator_never_destroys_a_dead_holder_itself(nc, js, node) 
 
 
 async def test_inv2_released_during_create_is_undone_by_the_allocator(nc, js, node) -> None:
-    async with node_stack(nc, node) as n:
-        n.driver.latency("create", 400)
+    gate = Gate()
+    async with node_stack(nc, node, gate=gate) as n:
+        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
         a = await n.add_pod("a", {"main": {R1: 1}})
 
         async def creating() -> bool:
             return any(c.state == "creating" for c in await n.claims_of(a))
 
         await until(creating, "the claim is written as creating")
+        await until(gate.entered.is_set, "the driver's create is in flight")
         [claim] = await n.claims_of(a)
         await n.watcher.gone(a)  # the Pod was deleted meanwhile; the reclaimer releases
         await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
+        gate.open()
 
         await n.phase(a, "Failed")
         assert "declared gone while its partition was being created" in n.report(a)
@@ -192,8 +196,9 @@ async def test_inv2_released_during_create_is_undone_by_the_allocator(nc, js, no
 
 
 async def test_inv4_claim_is_in_the_store_before_the_driver_creates(nc, js, node) -> None:
-    async with node_stack(nc, node) as n:
-        n.driver.latency("create", 300)
+    gate = Gate()
+    async with node_stack(nc, node, gate=gate) as n:
+        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
         a = await n.add_pod("a", {"main": {R3: 1}})
 
         async def claimed() -> bool:
@@ -203,6 +208,7 @@ async def test_inv4_claim_is_in_the_store_before_the_driver_creates(nc, js, node
         [claim] = await n.claims_of(a)
         assert claim.state == "creating" and claim.instance is None
         assert await n.instances() == []  # the driver has not made it yet
+        gate.open()
         await n.phase(a, "Running")
         [inst] = await n.instances()
         [active] = await n.claims_of(a)
@@ -258,8 +264,9 @@ async def test_cancelled_wait_for_room_writes_nothing(nc, js, node) -> None:
 async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
     nc, js, node
 ) -> None:
-    async with node_stack(nc, node) as n:
-        n.driver.latency("create", 300)
+    gate = Gate()
+    async with node_stack(nc, node, gate=gate) as n:
+        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
         a = await n.add_pod("a", {"main": {R1: 1}})
 
         async def claimed() -> bool:
@@ -268,6 +275,7 @@ async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
         await until(claimed, "the claim is written as creating")
         [first] = await n.claims_of(a)
         foreign = await asyncio.to_thread(n.driver.carve, 0, "1g.10gb", first.start)
+        gate.open()
         await n.phase(a, "Running")
         [claim] = await n.claims_of(a)
         assert claim.id != first.id and claim.start != first.start
@@ -276,18 +284,21 @@ async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
 
 
 async def test_inv2_an_undo_that_cannot_destroy_is_left_to_the_reclaimer(nc, js, node) -> None:
-    async with node_stack(nc, node) as n:
-        n.driver.latency("create", 400)
+    gate = Gate()
+    async with node_stack(nc, node, gate=gate) as n:
+        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
         a = await n.add_pod("a", {"main": {R1: 1}})
 
         async def creating() -> bool:
             return any(c.state == "creating" for c in await n.claims_of(a))
 
         await until(creating, "the claim is written as creating")
+        await until(gate.entered.is_set, "the driver's create is in flight")
         [claim] = await n.claims_of(a)
         n.driver.fail("destroy", 1)
         await n.watcher.gone(a)
         await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
+        gate.open()
 
         await n.phase(a, "Failed")
         [inst] = await n.instances()

@@ -18,7 +18,7 @@ from partkeeper.drivers.base import (
     ReadError,
 )
 
-from .conftest import PARTITION_CARDS, SLICED_CARDS, Harness
+from .driver_harness import PARTITION_CARDS, SLICED_CARDS, Harness
 
 H100, A100, H200, SLICED = 0, 1, 2, 3
 

@@ -24,24 +24,10 @@ from partkeeper.drivers.base import (
     UnknownError,
 )
 from partkeeper.drivers.sim import SimDriver, card_uuid, init_state, mig_uuid
+from tests_support.gate import Gate
 
 DEADLINE = 30.0  # seconds; a bound on waiting, never an expectation of how long anything takes
 WORKER = Path(__file__).with_name("sim_worker.py")
-
-
-class Gate:
-    """A `sleep` that parks the caller until the test lets it go, recording what it was asked."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.delays: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.delays.append(seconds)
-        self.entered.set()
-        if not self.release.wait(DEADLINE):
-            raise TimeoutError("the test never released the gate")
 
 
 def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:

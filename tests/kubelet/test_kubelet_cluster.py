@@ -10,16 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from partkeeper.sim import apiserver
 from partkeeper.sim.kubelet import SimKubelet
 from partkeeper.sim.kubelet.cluster import ClusterPodSource
-
-apiserver = pytest.importorskip("partkeeper.sim.apiserver")
-testing = pytest.importorskip("partkeeper.sim.apiserver.testing")
+from tests_support import kubeclient as testing
+from tests_support import until
 
 NODE = "node-a"
 
@@ -45,7 +44,7 @@ class Cluster:
             raise
 
     async def wait(self, predicate: Any, what: str) -> None:
-        await asyncio.to_thread(testing.wait_until, predicate, DEADLINE, what)
+        await until(lambda: asyncio.to_thread(predicate), what, DEADLINE)
 
 
 @asynccontextmanager

@@ -7,7 +7,6 @@ import signal
 import sys
 from pathlib import Path
 
-import pytest
 from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
 
 from partkeeper.kubelet import (
@@ -16,9 +15,9 @@ from partkeeper.kubelet import (
     podresources_pb2_grpc,
     wait_ready,
 )
-
-apiserver = pytest.importorskip("partkeeper.sim.apiserver")
-testing = pytest.importorskip("partkeeper.sim.apiserver.testing")
+from partkeeper.sim import apiserver
+from tests_support import kubeclient as testing
+from tests_support import until
 
 
 async def wait_serving(path: Path) -> None:
@@ -62,7 +61,7 @@ async def test_entry_point_runs_until_sigterm() -> None:
             def running() -> bool:
                 return api.read_namespaced_pod("p", "default").status.phase == "Running"
 
-            await asyncio.to_thread(testing.wait_until, running, DEADLINE, "p Running")
+            await until(lambda: asyncio.to_thread(running), "p Running", DEADLINE)
             assert plugin.allocated_ids() == [["d0"]]
 
             process.send_signal(signal.SIGTERM)

@@ -1,7 +1,7 @@
 """One trace per Pod lifecycle step across the services (DESIGN.md section 10), end to end.
 
 The whole stack runs as processes (nats-server, the simulated cluster, the four services:
-partkeeper.stack.rig) exporting to `otlp_receiver.OtlpReceiver`, a real OTLP/gRPC endpoint of
+tests_support.rig) exporting to `otlp_receiver.OtlpReceiver`, a real OTLP/gRPC endpoint of
 this test. A Pod asking for a MIG profile is admitted, then deleted; the admission's Allocate and
 the reclaim must each arrive as one connected trace with spans from every service involved.
 """
@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from observability.obs_harness import until_true
 from observability.otlp_receiver import OtlpReceiver, ReceivedSpan, ancestry, orphans
 
 from partkeeper.stack.kube import NAMESPACE, Kube
 from partkeeper.stack.launch import offered_resources
-from partkeeper.stack.rig import Rig, open_rig
+from tests_support import until
+from tests_support.rig import Rig, open_rig
 
 ALLOCATOR, WATCHER = "partkeeper-allocator", "partkeeper-watcher"
 RECLAIMER, CLUSTER = "partkeeper-reclaimer", "partkeeper-sim-cluster"
@@ -89,7 +89,7 @@ async def admit(rig: Rig, kube: Kube, name: str) -> str:
         assert status.get("phase") != "Failed", f"Pod {name} failed: {status}"
         return status.get("phase") == "Running"
 
-    await until_true(running, DEADLINE, f"Pod {name} Running")
+    await until(running, f"Pod {name} Running", DEADLINE)
     return uid
 
 

@@ -13,17 +13,17 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from observability.conftest import EVENTS_FAST
 from observability.entries import MIG, claim, destroy_failed, refused
-from observability.obs_harness import acknowledged, until_true
-from watcher.watcher_harness import log_lines, until
+from observability.obs_harness import DEADLINE, acknowledged
 
 from partkeeper.bus import publish
 from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.sim.apiserver.testing import pod_manifest
 from schemas import ForeignFound
 from schemas.names import STREAM_DLQ, STREAM_PARTITIONS, dlq_subject, durable_name, parts_subject
 from services.watcher.recorder import SERVICE
+from tests_support import until
+from tests_support.kubeclient import pod_manifest
+from tests_support.watcher import EVENTS_FAST, log_lines
 
 
 def durable(node: str) -> str:
@@ -46,8 +46,8 @@ async def emit(
 
 
 async def all_acknowledged(js: JetStreamContext, node: str, seq: int) -> None:
-    await until_true(lambda: acknowledged(js, STREAM_PARTITIONS, durable(node), seq),
-                     what=f"the Event recorder to acknowledge up to sequence {seq}")
+    await until(lambda: acknowledged(js, STREAM_PARTITIONS, durable(node), seq),
+                f"the Event recorder to acknowledge up to sequence {seq}", DEADLINE)
 
 
 async def test_an_allocation_its_blocked_destroy_and_its_reclaim_become_pod_events(
@@ -55,7 +55,7 @@ async def test_an_allocation_its_blocked_destroy_and_its_reclaim_become_pod_even
 ) -> None:
     pod = apiserver.create_pod(pod_manifest("train-0", node=node), namespace="ml")
     uid = pod["metadata"]["uid"]
-    await start_watcher()
+    await start_watcher(EVENTS_FAST)
     entries = [
         claim("creating", pod_uid=uid, instance_uuid=None),
         claim("active", pod_uid=uid),
@@ -91,7 +91,7 @@ async def test_an_allocation_its_blocked_destroy_and_its_reclaim_become_pod_even
 async def test_the_same_fact_published_twice_records_one_event(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
-    await start_watcher()
+    await start_watcher(EVENTS_FAST)
     uid = str(uuid.uuid4())
     active = claim("active", pod_uid=uid)
     await emit(js, node, active, "first")
@@ -104,7 +104,7 @@ async def test_the_same_fact_published_twice_records_one_event(
 async def test_an_event_is_recorded_for_a_pod_already_gone(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
-    await start_watcher()
+    await start_watcher(EVENTS_FAST)
     uid = str(uuid.uuid4())  # never in the API server: deleted before the reclaim finished
     last = await emit(js, node, claim("removed", pod_uid=uid, namespace="batch", name="done-7",
                                       reason="instance destroyed"), "gone")
@@ -123,7 +123,7 @@ async def test_an_undecodable_entry_is_dead_lettered(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str,
     payload: bytes,
 ) -> None:
-    await start_watcher()
+    await start_watcher(EVENTS_FAST)
     ack = await js.publish(parts_subject(node, 0), payload)
     await all_acknowledged(js, node, ack.seq)
     dead = await js.get_last_msg(STREAM_DLQ, dlq_subject(node, SERVICE))
@@ -137,7 +137,7 @@ async def test_an_undecodable_entry_is_dead_lettered(
 async def test_an_entry_naming_an_impossible_pod_is_dead_lettered(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
-    await start_watcher()
+    await start_watcher(EVENTS_FAST)
     last = await emit(js, node, claim("active", pod_uid="../../etc"),
                       "odd")
     await all_acknowledged(js, node, last)
@@ -155,7 +155,7 @@ async def test_a_failed_create_is_retried_until_the_api_server_answers(
     uid = str(uuid.uuid4())
     apiserver.set_unavailable(True)
     last = await emit(js, node, claim("active", pod_uid=uid), "r")
-    await until(lambda: log_lines(caplog, "not recorded yet"), 20, "a failed create")
+    await until(lambda: log_lines(caplog, "not recorded yet"), "a failed create", 20)
     apiserver.set_unavailable(False)
     await all_acknowledged(js, node, last)
     (event,) = ours(apiserver, uid)
@@ -166,7 +166,7 @@ async def test_retries_are_bounded_and_the_entry_is_then_acknowledged(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    await start_watcher()  # EVENTS_FAST: 4 deliveries
+    await start_watcher(EVENTS_FAST)  # 4 deliveries
     uid = str(uuid.uuid4())
     apiserver.set_unavailable(True)
     last = await emit(js, node, claim("active", pod_uid=uid), "b")
@@ -181,7 +181,7 @@ async def test_retries_are_bounded_and_the_entry_is_then_acknowledged(
 async def test_an_entry_older_than_the_event_ttl_records_nothing(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
-    await start_watcher()
+    await start_watcher(EVENTS_FAST)
     uid = str(uuid.uuid4())
     last = await emit(js, node, claim("active", pod_uid=uid), "old", age=2 * 3600)
     await all_acknowledged(js, node, last)

@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
-from observability.obs_harness import DEADLINE, Captured, scrape, until_true
+from observability.obs_harness import DEADLINE, Captured, scrape
 from observability.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.sim.apiserver.testing import pod_manifest
 from partkeeper.stack.natsserver import free_port
 from partkeeper.telemetry import tracing
 from schemas.names import STREAM_PARTITIONS, durable_name, pods_filter
 from services.watcher.recorder import SERVICE
+from tests_support import until
+from tests_support.kubeclient import pod_manifest
 
 SPAN_KIND_PRODUCER = 4  # opentelemetry.proto.trace.v1.Span.SpanKind
 
@@ -114,11 +115,11 @@ async def test_pod_events_move_the_counter_on_metrics(
     async def moved(kind: str) -> bool:
         return await asyncio.to_thread(count, kind) >= 1
 
-    await until_true(lambda: moved("PodSeen"), what="PodSeen counted on /metrics")
+    await until(lambda: moved("PodSeen"), "PodSeen counted on /metrics", DEADLINE)
     assert await asyncio.to_thread(count, "PodGone") == 0
     apiserver.delete_pod("default", "counted", grace_period_seconds=0)
     await captured.wait_for(uid, "PodGone")
-    await until_true(lambda: moved("PodGone"), what="PodGone counted on /metrics")
+    await until(lambda: moved("PodGone"), "PodGone counted on /metrics", DEADLINE)
     samples = await asyncio.to_thread(scrape, port)
     durable = durable_name(SERVICE, node, STREAM_PARTITIONS)
     assert ("partkeeper_consumer_lag", (("consumer", durable),)) in samples

@@ -1,27 +1,28 @@
 """The whole stack as processes for a reliability scenario, and the one convergence check.
 
-`scene()` opens a rig (nats-server(s), simulated cluster, four services: partkeeper.stack.rig),
+`scene()` opens a rig (nats-server(s), simulated cluster, four services: tests_support.rig),
 a `Workload` making Pods through the real Kubernetes client, and a `Sentinel` watching for a
 partition destroyed under a live Pod for the whole scenario. `Scene.check_converged()` is the
-end of every scenario: the convergence check of partkeeper.stack.converge, with a deadline, and no
+end of every scenario: the convergence check of tests_support.converge, with a deadline, and no
 violation seen by the sentinel.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from partkeeper.claims import ClaimsStore
-from partkeeper.stack.churn import Churn, Sentinel, Workload
-from partkeeper.stack.converge import Reader, Snapshot, converged
 from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import NatsServer
 from partkeeper.stack.observe import PodTrack
 from partkeeper.stack.processes import tail
-from partkeeper.stack.rig import Rig, open_rig
 from schemas.names import BUCKET_CLAIMS
+from tests_support.churn import Churn, Sentinel, Workload
+from tests_support.converge import Reader, Snapshot, converged
+from tests_support.rig import Rig, open_rig
 
 # The reclaimer waits 60 s (its create timeout) before it resolves a claim the allocator left
 # `creating` without an instance (docs/protocol.md); every deadline that may include it says so.
@@ -96,3 +97,37 @@ async def scene(
                 await churn.stop()
             await sentinel.stop()
             await work.stop()
+
+
+# -- churn steps the kill/restart scenarios share --------------------------------------------
+
+CHURN_PROFILES = ("1g.10gb", "2g.20gb", None)
+CYCLES_BEFORE = 4
+ADMITTED_AFTER = 3
+PROGRESS_SECONDS = 90.0
+
+
+async def admitted_more(sc: Scene, churn: Churn, more: int, timeout: float) -> None:
+    """Churn goes on until `more` further Pods were admitted (the node works again)."""
+    target = sc.work.tally.admitted + more
+    end = time.monotonic() + timeout
+    while sc.work.tally.admitted < target:
+        remaining = end - time.monotonic()
+        assert remaining > 0, (f"only {sc.work.tally.admitted - target + more} of {more} Pods "
+                               f"admitted in {timeout:.0f}s after the restart; refusals "
+                               f"{sc.work.tally.refusals[-5:]}\n{sc.logs()}")
+        await churn.until_cycles(churn.cycles + 1, remaining)
+
+
+async def churning(sc: Scene, seed: int) -> Churn:
+    await sc.admit("3g.40gb", "keep")
+    churn = sc.churn(CHURN_PROFILES, seed=seed)
+    await churn.until_cycles(CYCLES_BEFORE, PROGRESS_SECONDS)
+    return churn
+
+
+async def settle(sc: Scene, churn: Churn) -> None:
+    await churn.stop()
+    await sc.check_converged(CONVERGE_AFTER_CREATE_TIMEOUT)  # a kill may leave a `creating`
+    await sc.work.delete_all()
+    await sc.check_converged()

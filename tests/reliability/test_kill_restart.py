@@ -4,48 +4,22 @@ a live Pod, and the node goes on admitting Pods after the restart."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from reliability.rel_harness import CONVERGE_AFTER_CREATE_TIMEOUT, Scene, scene
+from reliability.rel_harness import (
+    ADMITTED_AFTER,
+    PROGRESS_SECONDS,
+    admitted_more,
+    churning,
+    scene,
+    settle,
+)
 
-from partkeeper.stack.churn import Churn
 from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.rig import reconnected
+from tests_support.rig import reconnected
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]
 
-CHURN_PROFILES = ("1g.10gb", "2g.20gb", None)
-CYCLES_BEFORE = 4
-ADMITTED_AFTER = 3
-PROGRESS_SECONDS = 90.0
 SIGKILL_STATUS = -9
-
-
-async def admitted_more(sc: Scene, churn: Churn, more: int, timeout: float) -> None:
-    """Churn goes on until `more` further Pods were admitted (the node works again)."""
-    target = sc.work.tally.admitted + more
-    end = time.monotonic() + timeout
-    while sc.work.tally.admitted < target:
-        remaining = end - time.monotonic()
-        assert remaining > 0, (f"only {sc.work.tally.admitted - target + more} of {more} Pods "
-                               f"admitted in {timeout:.0f}s after the restart; refusals "
-                               f"{sc.work.tally.refusals[-5:]}\n{sc.logs()}")
-        await churn.until_cycles(churn.cycles + 1, remaining)
-
-
-async def churning(sc: Scene, seed: int) -> Churn:
-    await sc.admit("3g.40gb", "keep")
-    churn = sc.churn(CHURN_PROFILES, seed=seed)
-    await churn.until_cycles(CYCLES_BEFORE, PROGRESS_SECONDS)
-    return churn
-
-
-async def settle(sc: Scene, churn: Churn) -> None:
-    await churn.stop()
-    await sc.check_converged(CONVERGE_AFTER_CREATE_TIMEOUT)  # a kill may leave a `creating`
-    await sc.work.delete_all()
-    await sc.check_converged()
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 from reliability.nats_cluster import Cluster, cluster_root, remove
-from reliability.rel_harness import scene
-from reliability.test_kill_restart import (
+from reliability.rel_harness import (
     ADMITTED_AFTER,
     PROGRESS_SECONDS,
     admitted_more,
     churning,
+    scene,
     settle,
 )
 

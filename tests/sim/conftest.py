@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from partkeeper.sim.apiserver.testing import WatchRecorder, core_v1
+from tests_support.kubeclient import WatchRecorder, core_v1
 
 
 @pytest.fixture

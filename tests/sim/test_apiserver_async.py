@@ -11,7 +11,7 @@ from pathlib import Path
 from kubernetes import client
 
 from partkeeper.sim.apiserver import ApiServer, write_kubeconfig
-from partkeeper.sim.apiserver.testing import WatchRecorder, core_v1, pod_manifest
+from tests_support.kubeclient import WatchRecorder, core_v1, pod_manifest
 
 
 async def test_in_loop_server_with_admin_from_both_threads(tmp_path: Path) -> None:

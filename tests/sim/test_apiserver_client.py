@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client, config
 
 from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.sim.apiserver.testing import pod_manifest
+from tests_support.kubeclient import pod_manifest
 
 
 def test_kubeconfig_loads_with_the_standard_loader(kubeconfig: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from partkeeper.sim.apiserver import events, patch, selectors
 from partkeeper.sim.apiserver.errors import BadRequest, Invalid
 from partkeeper.sim.apiserver.store import Store, parse_rv
-from partkeeper.sim.apiserver.testing import pod_manifest
+from tests_support.kubeclient import pod_manifest
 
 
 @pytest.fixture

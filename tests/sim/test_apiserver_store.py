@@ -16,7 +16,7 @@ from partkeeper.sim.apiserver.errors import (
     NotFound,
 )
 from partkeeper.sim.apiserver.store import Change, Store
-from partkeeper.sim.apiserver.testing import pod_manifest
+from tests_support.kubeclient import pod_manifest
 
 EVERYTHING = selectors.Selector()
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -11,7 +11,8 @@ import urllib3
 from kubernetes import client, watch
 
 from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.sim.apiserver.testing import WatchRecorder, of_type, pod_manifest, wait_until
+from tests_support import until
+from tests_support.kubeclient import WatchRecorder, of_type, pod_manifest
 
 Record = Callable[..., WatchRecorder]
 
@@ -180,23 +181,23 @@ def test_binding_enters_a_node_selected_watch_as_added(
     assert of_type(recorder.events, "MODIFIED") == []
 
 
-def test_raw_garbage_line_yields_none(
+async def test_raw_garbage_line_yields_none(
     core: client.CoreV1Api, apiserver: ApiServerThread, record_watch: Record
 ) -> None:
     recorder = record_watch(core.list_namespaced_pod, "default", resource_version="1")
-    wait_until(lambda: apiserver.open_watches() == 1, what="the watch to open")
+    await until(lambda: apiserver.open_watches() == 1, "the watch to open")
     assert apiserver.send_raw_watch_line("pods", "this is not json") == 1
     core.create_namespaced_pod("default", pod_manifest("a"))
     events = recorder.wait_count(2)
     assert events[0] is None and events[1]["type"] == "ADDED"
 
 
-def test_malformed_pods_reach_the_client_as_stored(
+async def test_malformed_pods_reach_the_client_as_stored(
     core: client.CoreV1Api, apiserver: ApiServerThread, record_watch: Record
 ) -> None:
     raw = record_watch(core.list_namespaced_pod, "default", deserialize=False)
     typed = record_watch(core.list_namespaced_pod, "default")
-    wait_until(lambda: apiserver.open_watches() == 2, what="both watches to open")
+    await until(lambda: apiserver.open_watches() == 2, "both watches to open")
     apiserver.inject(
         "pods", {"metadata": {"name": "odd", "namespace": "default", "uid": "../../etc"}}
     )
@@ -212,28 +213,28 @@ def test_malformed_pods_reach_the_client_as_stored(
     assert isinstance(typed.error, pydantic.ValidationError)
 
 
-def test_unavailable_ends_watches_and_the_client_sees_503(
+async def test_unavailable_ends_watches_and_the_client_sees_503(
     core: client.CoreV1Api, apiserver: ApiServerThread, record_watch: Record
 ) -> None:
     start = core.create_namespaced_pod("default", pod_manifest("a")).metadata.resource_version
     recorder = record_watch(core.list_namespaced_pod, "default", resource_version=start)
-    wait_until(lambda: apiserver.open_watches() == 1, what="the watch to open")
+    await until(lambda: apiserver.open_watches() == 1, "the watch to open")
     apiserver.set_unavailable(True)
     recorder.wait_finished()
     assert isinstance(recorder.error, client.ApiException) and recorder.error.status == 503
     assert apiserver.open_watches() == 0
 
 
-def test_stalled_watch_holds_events_until_released(
+async def test_stalled_watch_holds_events_until_released(
     core: client.CoreV1Api, apiserver: ApiServerThread, record_watch: Record
 ) -> None:
     start = core.list_namespaced_pod("default").metadata.resource_version
     recorder = record_watch(core.list_namespaced_pod, "default", resource_version=start)
-    wait_until(lambda: apiserver.open_watches() == 1, what="the watch to open")
+    await until(lambda: apiserver.open_watches() == 1, "the watch to open")
     apiserver.stall_watches(True)
     core.create_namespaced_pod("default", pod_manifest("a"))
     core.create_namespaced_pod("default", pod_manifest("b"))
-    wait_until(lambda: apiserver.undelivered_watch_events() == 2, what="two held events")
+    await until(lambda: apiserver.undelivered_watch_events() == 2, "two held events")
     assert recorder.events == []
     apiserver.stall_watches(False)
     assert names(recorder.wait_count(2, "ADDED")) == ["a", "b"]

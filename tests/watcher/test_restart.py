@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from watcher.watcher_harness import Published
 
 from partkeeper.faults import EXIT_STATUS
 from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.sim.apiserver.testing import pod_manifest
 from partkeeper.stack.natsserver import NatsServer
 from schemas import PodGone
+from tests_support.kubeclient import pod_manifest
+from tests_support.watcher import Published
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 20.0

@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 from nats.aio.client import Client
-from watcher.watcher_harness import Published, log_lines, until
 
 from partkeeper.bus import request
 from partkeeper.config import Config
 from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.sim.apiserver.testing import pod_manifest
 from schemas import (
     PendingPodsQuery,
     PendingPodsReply,
@@ -28,6 +26,9 @@ from schemas import (
 )
 from schemas.names import pods_get_subject, pods_pending_subject
 from services.watcher.kube import Kube
+from tests_support import until
+from tests_support.kubeclient import pod_manifest
+from tests_support.watcher import Published, log_lines
 
 MIG = "nvidia.com/mig-1g.10gb"
 
@@ -127,8 +128,8 @@ async def test_nothing_is_declared_gone_while_the_api_server_is_unreachable(
     await start_watcher()
     apiserver.set_unavailable(True)
     apiserver.delete_pod("default", "a", grace_period_seconds=0)
-    await until(lambda: len(log_lines(caplog, "API server unreachable")) >= 3, 15,
-                "three logged retries")
+    await until(lambda: len(log_lines(caplog, "API server unreachable")) >= 3,
+                "three logged retries", 15)
     assert "no Pod is declared gone" in log_lines(caplog, "API server unreachable")[0]
     reply = await get(nc, node, uid, fresh=True)
     assert reply.state == "live" and "not confirmed" in reply.evidence
@@ -150,15 +151,15 @@ async def test_a_watcher_starting_without_the_api_server_answers_from_its_view_o
     apiserver.set_unavailable(True)
     apiserver.delete_pod("default", "a", grace_period_seconds=0)
     restarted = await start_watcher(wait_ready=False)
-    await until(lambda: len(log_lines(caplog, "API server unreachable")) >= 2, 15,
-                "logged retries of the first LIST")
+    await until(lambda: len(log_lines(caplog, "API server unreachable")) >= 2,
+                "logged retries of the first LIST", 15)
     assert not restarted.ready.is_set()
     reply = await get(nc, node, uid, fresh=True)
     assert reply.state == "live" and "not confirmed" in reply.evidence
     assert [type(e).__name__ for e in published.of(uid)] == ["PodSeen"]
     apiserver.set_unavailable(False)
     await published.wait_for(uid, "PodGone")
-    await until(restarted.ready.is_set, 10, "ready once the first LIST is applied")
+    await until(restarted.ready.is_set, "ready once the first LIST is applied", 10)
 
 
 async def test_the_410_path_loses_nothing(
@@ -170,7 +171,7 @@ async def test_the_410_path_loses_nothing(
     await start_watcher()
     await published.wait_for(changed, "PodSeen")
     apiserver.set_unavailable(True)
-    await until(lambda: log_lines(caplog, "API server unreachable"), 15, "a logged retry")
+    await until(lambda: log_lines(caplog, "API server unreachable"), "a logged retry", 15)
     apiserver.delete_pod("default", "deleted", grace_period_seconds=0)
     apiserver.patch_pod("default", "changed", {"status": {"phase": "Running"}}, status=True)
     added = uid_of(create(apiserver, node, "added"))
@@ -204,10 +205,10 @@ async def test_bookmarks_keep_the_resume_point_current(
         assert asyncio.get_running_loop().time() < loop_deadline, "no bookmark reached the view"
         await asyncio.sleep(0.02)
     apiserver.set_unavailable(True)
-    await until(lambda: log_lines(caplog, "API server unreachable"), 15, "a logged retry")
+    await until(lambda: log_lines(caplog, "API server unreachable"), "a logged retry", 15)
     apiserver.compact()
     apiserver.set_unavailable(False)
-    await until(lambda: log_lines(caplog, "watching again"), 15, "the watch resumed")
+    await until(lambda: log_lines(caplog, "watching again"), "the watch resumed", 15)
     assert not log_lines(caplog, "listing again")
 
 
@@ -257,12 +258,12 @@ async def test_malformed_objects_and_odd_uids_are_skipped_and_change_nothing(
         assert any(fragment in line for line in skipped), (fragment, skipped)
     # A LIST that holds the damaged namesake does not show the known Pod absent.
     apiserver.set_unavailable(True)
-    await until(lambda: log_lines(caplog, "API server unreachable"), 15, "a logged retry")
+    await until(lambda: log_lines(caplog, "API server unreachable"), "a logged retry", 15)
     create(apiserver, "another-node", "elsewhere")  # history moves on past the watcher...
     apiserver.compact()  # ...and is forgotten: the watch cannot resume, the watcher LISTs
     listed = len(log_lines(caplog, "listed the node's Pods"))
     apiserver.set_unavailable(False)
-    await until(lambda: len(log_lines(caplog, "listed the node's Pods")) > listed, 15, "a relist")
+    await until(lambda: len(log_lines(caplog, "listed the node's Pods")) > listed, "a relist", 15)
     expected = {known, uid_of(good), sentinel}
     assert {e.uid for e, _ in published.events} == expected
     assert all(type(e).__name__ == "PodSeen" for e, _ in published.events)
@@ -287,10 +288,10 @@ async def test_pending_pods_oldest_first(
     assert reply.resource_version
 
 
-async def test_events_reach_the_api_server(apiserver: ApiServerThread, config: Config,
-                                           node: str) -> None:
+async def test_events_reach_the_api_server(apiserver: ApiServerThread,
+                                           watcher_config: Config, node: str) -> None:
     pod = create(apiserver, node, "a")
-    kube = await Kube.connect(config)
+    kube = await Kube.connect(watcher_config)
     try:
         record = _record(pod, node)
         await kube.create_event(record, "PartitionBlocked", "no room on card 0", "Warning")

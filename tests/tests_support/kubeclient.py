@@ -1,9 +1,8 @@
-"""Helpers for tests that drive the simulated API server with the real `kubernetes` client."""
+"""Test support for the simulated API server reached with the real `kubernetes` client."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,18 +26,6 @@ def pod_manifest(name: str, node: str | None = "node-a", **spec: Any) -> dict[st
     if node:
         body["spec"]["nodeName"] = node
     return body
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Re-check `predicate` until it is truthy; fail with `what` once the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.01)
 
 
 class WatchRecorder:

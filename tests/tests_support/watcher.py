@@ -1,8 +1,12 @@
-"""Helpers of the watcher tests: the events a watcher published, waiting with deadlines."""
+"""The watcher in tests: its fast tunings, the events it published, one running in-process.
+
+`start_watcher` in tests/conftest.py is the one fixture that runs it; watcher and observability
+tests share it."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +19,10 @@ from services.watcher.tuning import Tuning
 
 FAST = Tuning(
     watch_timeout_seconds=5, request_timeout=(2.0, 5.0), retry_base=0.05, retry_cap=0.4
+)
+# Short retries so the bounded-retry paths of the Event recorder run in milliseconds.
+EVENTS_FAST = dataclasses.replace(
+    FAST, event_attempts=4, event_retry_base=0.02, event_retry_cap=0.2, lag_interval=0.5
 )
 
 
@@ -60,19 +68,6 @@ class RunningWatcher:
         self.task.cancel()
         done, _ = await asyncio.wait({self.task}, timeout=10)
         assert done, "the watcher did not stop within 10s of being cancelled"
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Re-check `predicate` until truthy; fail with `what` at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        await asyncio.sleep(0.02)
 
 
 def log_lines(caplog: pytest.LogCaptureFixture, fragment: str) -> list[str]:
