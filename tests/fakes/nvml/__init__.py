@@ -1,0 +1,69 @@
+"""The fake NVML: `fake_nvml.c` built against nvidia-nvml-dev's nvml.h, and its controls.
+
+`build(out_dir)` compiles `libnvidia-ml.so.1`; `FakeNvml.create(library, state, ...)` writes a new
+card state. Tests drive the library through the real nvidia-ml-py (the code under test) and use
+this class only for what is no NVML call: adding cards, starting processes on an instance,
+making a card report other placements than NVIDIA's, injecting failures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests_support.clib import (
+    COMMON_INCLUDE,
+    COMMON_SOURCES,
+    FakeLibrary,
+    build_shared_library,
+    vendor_include_dir,
+)
+
+SOURCE = Path(__file__).with_name("fake_nvml.c")
+SONAME = "libnvidia-ml.so.1"
+
+# nvml.h return codes the tests inject (nvmlReturn_t).
+SUCCESS = 0
+ERROR_UNINITIALIZED = 1
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NOT_FOUND = 6
+ERROR_DRIVER_NOT_LOADED = 9
+ERROR_IN_USE = 19
+ERROR_INSUFFICIENT_RESOURCES = 23
+ERROR_UNKNOWN = 999
+
+
+def build(out_dir: Path) -> Path:
+    include = vendor_include_dir("nvidia-nvml-dev", "nvml.h")
+    return build_shared_library(
+        SONAME, [SOURCE, *COMMON_SOURCES], out_dir, include_dirs=[include, COMMON_INCLUDE]
+    )
+
+
+class FakeNvml(FakeLibrary):
+    state_env = "FAKE_NVML_STATE"
+
+    @classmethod
+    def create(cls, library: Path, state: Path, proc_root: Path | None = None) -> FakeNvml:
+        """A new state with no cards; with `proc_root`, MIG capability files are published
+        under `<proc_root>/driver/nvidia/capabilities` as the kernel driver does."""
+        fake = cls(library, state)
+        root = str(proc_root).encode() if proc_root else None
+        fake.check(fake.lib.fake_nvml_new(bytes(state), root), "creating the state")
+        return fake
+
+    def add_gpu(self, model: str, mig: bool = True, pending: bool | None = None) -> int:
+        """A card of `model` (A100-40GB, H100-80GB, H200-141GB or T4); returns its index."""
+        pending = mig if pending is None else pending
+        rc = self.lib.fake_nvml_add_gpu(bytes(self.state), model.encode(), int(mig), int(pending))
+        return self.check(rc, f"adding a {model}")
+
+    def set_processes(self, mig_uuid: str, count: int) -> None:
+        rc = self.lib.fake_nvml_set_processes(bytes(self.state), mig_uuid.encode(), count)
+        self.check(rc, f"setting processes on {mig_uuid}")
+
+    def set_profile(self, gpu: int, profile_const: int, starts: tuple[int, ...], count: int):
+        """Make card `gpu` report other legal starts / instance count for one GI profile."""
+        mask = sum(1 << s for s in starts)
+        rc = self.lib.fake_nvml_set_profile(bytes(self.state), gpu, profile_const, mask, count)
+        self.check(rc, f"changing profile {profile_const} of card {gpu}")
