@@ -13,13 +13,15 @@ from nats.aio.client import Client
 
 from partkeeper import bus
 from partkeeper.config import Config, ConfigError, load
+from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
+from partkeeper.health import HEALTH
 from partkeeper.lifecycle import cancel_all
 from partkeeper.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 
-ServiceBody = Callable[[Config, Client], Awaitable[None]]
+ServiceBody = Callable[..., Awaitable[None]]  # body(config, nc, *, ready: asyncio.Event)
 
 
 def run(name: str, body: ServiceBody) -> int:
@@ -38,6 +40,9 @@ def run(name: str, body: ServiceBody) -> int:
         return 2
     try:
         asyncio.run(_main(name, config, body))
+    except StartupError as exc:
+        log.error("%s cannot start: %s", name, exc)
+        return 1
     finally:
         tracing.shutdown()
     return 0
@@ -54,13 +59,19 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
     try:
         if not await topology_until_ready(nc, config, stop):
             return
-        task = asyncio.create_task(body(config, nc), name=f"{name}-body")
+        ready = asyncio.Event()
+        task = asyncio.create_task(body(config, nc, ready=ready), name=f"{name}-body")
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        beat = asyncio.create_task(HEALTH.beat(), name=f"{name}-heartbeat")
+        with (
+            HEALTH.condition("nats", lambda: nc.is_connected),
+            HEALTH.condition(name, ready.is_set),
+        ):
+            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if task in done:
             task.result()  # a crashed body ends the process with its error
         log.info("%s stopping", name)
-        await cancel_all((task, stopper))
+        await cancel_all((task, stopper, beat))
     finally:
         with contextlib.suppress(Exception):
             await nc.drain()

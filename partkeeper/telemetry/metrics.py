@@ -1,12 +1,31 @@
-"""Prometheus metrics of all services, declared once. Each service exposes its own /metrics."""
+"""Prometheus metrics of all services, declared once. Each service exposes its own /metrics.
+
+Names follow Prometheus conventions: a unit suffix in base units (`_seconds`, `_devices`,
+`_instances`, `_messages`), `_total` on counters, and `partkeeper_build_info` (always 1) carrying
+the version as a label.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import platform
+import threading
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+import partkeeper
+from partkeeper.health import HEALTH, Health
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +41,11 @@ RECLAIM_SECONDS = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
 CAPACITY = Gauge(
-    "partkeeper_capacity", "Advertised tokens per resource by health", ["resource", "health"]
+    "partkeeper_capacity_devices", "Advertised device-plugin tokens per resource by health",
+    ["resource", "health"],
 )
 FREE_PLACEMENTS = Gauge(
-    "partkeeper_free_placements", "Instances of a profile that can be placed now", ["profile"]
+    "partkeeper_placeable_instances", "Instances of a profile that can be placed now", ["profile"]
 )
 FOREIGN_INSTANCES = Gauge("partkeeper_foreign_instances", "Physical instances with no claim")
 DESTROY_FAILURES = Counter(
@@ -35,7 +55,8 @@ DEAD_LETTERS = Counter(
     "partkeeper_dead_letters_total", "Messages copied to PK_DLQ", ["service", "stream"]
 )
 CONSUMER_LAG = Gauge(
-    "partkeeper_consumer_lag", "Messages not yet delivered to a durable consumer", ["consumer"]
+    "partkeeper_consumer_lag_messages", "Messages not yet delivered to a durable consumer",
+    ["consumer"],
 )
 POD_EVENTS = Counter("partkeeper_pod_events_total", "Pod events published", ["type"])
 KUBE_EVENTS = Counter(
@@ -45,13 +66,51 @@ KUBE_EVENTS = Counter(
 )
 GC_COLLECTED = Counter("partkeeper_gc_collected_total", "Pod working directories collected")
 GC_REFUSED = Counter("partkeeper_gc_refused_total", "Deletions refused, by reason", ["reason"])
+BUILD_INFO = Gauge(
+    "partkeeper_build_info", "Always 1; the labels say which build runs", ["version", "python"]
+)
+BUILD_INFO.labels(partkeeper.__version__, platform.python_version()).set(1)
 
 
-def serve(port: int) -> None:
-    """Expose /metrics on `port` (0 disables)."""
-    if port:
-        start_http_server(port)
-        log.info("metrics on :%d/metrics", port)
+def serve(port: int, health: Health = HEALTH, host: str = "") -> ThreadingHTTPServer | None:
+    """Serve /metrics, /livez and /readyz on `port` (0 disables) from a daemon thread."""
+    if not port:
+        return None
+    server = ThreadingHTTPServer((host, port), _handler(health))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    log.info("metrics on :%d/metrics, probes on /livez and /readyz", server.server_port)
+    return server
+
+
+def _handler(health: Health) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+            elif path == "/livez":
+                live, age = health.liveness()
+                body = {"live": live, "seconds_since_beat": age}
+                self._send(200 if live else 503, json.dumps(body).encode(), "application/json")
+            elif path == "/readyz":
+                ready, conditions = health.readiness()
+                body = {"ready": ready, "conditions": conditions}
+                self._send(200 if ready else 503, json.dumps(body).encode(), "application/json")
+            else:
+                self._send(404, b"not found: try /metrics, /livez or /readyz\n", "text/plain")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Probes every few seconds are not worth a log line."""
+
+    return Handler
 
 
 async def track_lag(consumer: str, lag: Callable[[], Awaitable[int]], every: float) -> None:

@@ -23,6 +23,8 @@ from partkeeper.bus import backoff
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver, DriverError, open_driver
+from partkeeper.errors import StartupError
+from partkeeper.health import HEALTH
 from schemas.names import BUCKET_CAPACITY, BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator import catalog, claims_service
 from services.allocator.allocate import Allocator
@@ -69,7 +71,8 @@ async def serve(
         log.info("allocator ready on node %s: %s", config.node, ", ".join(parts.ctx.offers))
         if ready is not None:
             ready.set()
-        await asyncio.gather(*parts.tasks)
+        with HEALTH.condition("kubelet registration", lambda: parts.registrar.registered):
+            await asyncio.gather(*parts.tasks)
     finally:
         await _stop(parts)
 
@@ -114,7 +117,7 @@ async def _start(parts: Parts) -> None:
     await computed.wait()
     parts.spawn(Removals(ctx, parts.recompute).run(), "allocator removals")
     for server in parts.servers:
-        await server.start()
+        await _serve_first(server)
     parts.spawn(parts.registrar.run(), "allocator registration")
     parts.spawn(parts.recompute.poll_hardware(), "allocator hardware poll")
 
@@ -129,6 +132,18 @@ async def _stop(parts: Parts) -> None:
         with contextlib.suppress(Exception):
             await parts.service.stop()
     await parts.ctx.podres.close()
+
+
+async def _serve_first(server: PluginServer) -> None:
+    """Serve a plugin socket at start; a directory we cannot bind in is a deployment error."""
+    try:
+        await server.start()
+    except (OSError, RuntimeError) as exc:
+        raise StartupError(
+            f"cannot serve {server.offer.resource} on {server.path}: {exc}. PK_KUBELET_DIR must "
+            "be the kubelet's device-plugins directory, mounted read-write into a container "
+            "running as root"
+        ) from exc
 
 
 async def _cards(driver: Driver) -> tuple[Card, ...]:

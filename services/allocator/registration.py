@@ -121,6 +121,7 @@ class Registrar:
         self.servers = servers
         self.poll_seconds = poll_seconds
         self.registrations = 0  # successful Register calls, for tests and logs
+        self.registered = False  # every plugin registered with the kubelet now at kubelet.sock
 
     async def run(self) -> None:
         registered_with: Identity | None = None
@@ -128,8 +129,10 @@ class Registrar:
         while True:
             current = identity(self.kubelet_socket)
             stale = any(not s.intact() for s in self.servers)
+            self.registered = current is not None and current == registered_with and not stale
             if current is not None and (current != registered_with or stale):
                 if await self._register_all():
+                    self.registered = True
                     registered_with, attempt = current, 0
                 else:
                     attempt += 1

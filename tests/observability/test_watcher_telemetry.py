@@ -122,5 +122,5 @@ async def test_pod_events_move_the_counter_on_metrics(
     await until(lambda: moved("PodGone"), "PodGone counted on /metrics", DEADLINE)
     samples = await asyncio.to_thread(scrape, port)
     durable = durable_name(SERVICE, node, STREAM_PARTITIONS)
-    assert ("partkeeper_consumer_lag", (("consumer", durable),)) in samples
+    assert ("partkeeper_consumer_lag_messages", (("consumer", durable),)) in samples
     assert await watcher.terminate() == 0
