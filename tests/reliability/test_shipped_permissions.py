@@ -42,8 +42,10 @@ def from_values(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_helm_accounts_grant_what_the_compose_config_grants() -> None:
     conf = from_conf((ROOT / "compose" / "nats" / "nats.conf").read_text())
-    conf.pop("pk-admin")
+    conf.pop("pk-admin")  # written `publish: ">"` there; the Helm values' admin is checked below
     values = from_values(yaml.safe_load((ROOT / "deploy" / "nats" / "accounts.yaml").read_text()))
+    assert values.pop("pk-admin") == {"allow_responses": False, "publish": [">"],
+                                      "subscribe": [">"]}
     assert values == conf
 
 
