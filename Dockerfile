@@ -1,15 +1,27 @@
-# One image, four entrypoints: `partkeeper run watcher|allocator|reclaimer|gc`.
+# One image, four entrypoints: `partkeeper run watcher|allocator|reclaimer|gc` (make image).
+# The services need only the project's runtime dependencies; EXTRAS=sim adds the simulator
+# (`partkeeper up`, `partkeeper sim`, PK_DRIVER=sim), as compose/ builds it.
+# NVML is not in the image: the NVIDIA container toolkit (or the driver-root component) provides
+# libnvidia-ml from the node's driver (docs/operations.md).
 FROM python:3.11-slim AS build
+ARG EXTRAS=""
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY partkeeper ./partkeeper
 COPY schemas ./schemas
 COPY services ./services
-RUN pip install --no-cache-dir --prefix=/install .
+RUN pip install --no-cache-dir --prefix=/install "./${EXTRAS:+[$EXTRAS]}"
 
 FROM python:3.11-slim
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="partkeeper" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
 COPY --from=build /install /usr/local
-RUN useradd --system --uid 10001 partkeeper
+# The default user; the DaemonSet sets each container's own (deploy/base/daemonset.yaml).
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin partkeeper
 USER 10001
 ENTRYPOINT ["partkeeper"]
-CMD ["run", "watcher"]
+CMD ["--help"]

@@ -4,12 +4,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+# `make image`: the services' image with docker or podman (ENGINE=... to choose). EXTRAS=sim adds
+# the simulator (what compose/ runs); IMAGE names the result, e.g. IMAGE=registry/partkeeper:0.1.0.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+EXTRAS ?=
+IMAGE ?= partkeeper:$(VERSION)$(if $(EXTRAS),-$(EXTRAS))
+
+.PHONY: demo test lint bench image clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,sim]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,12 +25,24 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
 
 test: lint
 	$(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+image:
+	@if [ -z "$(ENGINE)" ]; then \
+	  echo "make image: neither docker nor podman is installed; install one, or set ENGINE" >&2; \
+	  exit 2; fi
+	@if ! "$(ENGINE)" info >/dev/null 2>&1; then \
+	  echo "make image: $(ENGINE) is installed but its daemon does not answer" \
+	       "($(ENGINE) info failed); start it, or use ENGINE=podman (daemonless)" >&2; \
+	  exit 2; fi
+	"$(ENGINE)" build --build-arg EXTRAS=$(EXTRAS) --build-arg VERSION=$(VERSION) \
+	  -t $(IMAGE) -f Dockerfile .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -80,7 +80,8 @@ def idle(seconds: float) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="pk-footprint-") as workdir:
         proc = subprocess.Popen(
             [sys.executable, "-m", "partkeeper", "up", "--workdir", workdir],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
         assert proc.stdout is not None
         for line in proc.stdout:
             if "ready in" in line:
@@ -96,7 +97,7 @@ def idle(seconds: float) -> dict[str, dict[str, float]]:
             time.sleep(0.5)
         last = _all()
         proc.send_signal(2)
-        proc.wait(60)
+        proc.communicate(timeout=60)
     used = dict.fromkeys(SERVICES, 0.0)
     for pid, (service, _rss, cpu) in last.items():
         used[service] += cpu - first.get(pid, (service, 0, 0.0))[2]

@@ -1,22 +1,34 @@
-"""The compose file and the Kubernetes manifests validate offline against their schemas.
+"""The compose file and the Kubernetes manifests validate offline against their schemas, and the
+rendered objects have the properties a real GPU node needs.
 
-Validators: check-jsonschema with its vendored Compose Specification schema for compose/, and
-`kubectl kustomize` + kubernetes-validate (the Kubernetes OpenAPI schemas, strict) for deploy/.
+Validators: check-jsonschema with its vendored Compose Specification schema for compose/;
+`kubectl kustomize` (kustomize v5 built into kubectl) renders deploy/, every overlay, and the
+base with each component alone, and kubernetes-validate checks every object strictly against the
+Kubernetes OpenAPI schemas (unknown fields are errors). The PodMonitor is a CRD the validator has
+no schema for; its fields are asserted here instead.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
 SERVICES = ("watcher", "allocator", "reclaimer", "gc")
+K8S_VERSION = "1.30"
+OVERLAYS = sorted(p.parent.relative_to(DEPLOY).as_posix()
+                  for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+COMPONENTS = sorted(p.parent.name for p in (DEPLOY / "components").glob("*/kustomization.yaml"))
+CRDS = {"monitoring.coreos.com/v1"}
 
 
 def _check_compose(path: Path) -> subprocess.CompletedProcess[str]:
@@ -46,45 +58,237 @@ def test_compose_runs_every_service_and_the_simulated_cluster() -> None:
     assert {"nats", "jaeger", "simcluster", *SERVICES} <= names
     for svc in SERVICES:
         assert doc["services"][svc]["command"] == ["run", svc]
+    assert doc["x-service"]["build"]["args"]["EXTRAS"] == "sim"  # the simulator is in this image
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed; `kubectl kustomize` cannot render deploy/")
+    out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def with_component(component: str, tmp_path: Path) -> Path:
+    """An overlay of the base with one component, as an operator would write it."""
+    overlay = tmp_path / component
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "base", overlay)],  # kustomize wants relative
+        "components": [os.path.relpath(DEPLOY / "components" / component, overlay)],
+    }))
+    return overlay
+
+
+def validate(docs: list[dict[str, Any]]) -> None:
+    for doc in docs:
+        if doc["apiVersion"] not in CRDS:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == kind]
+    return found
+
+
+def pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
+
+
+def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in pod(docs)["containers"]}
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def mounts(docs: list[dict[str, Any]], name: str) -> dict[str, dict[str, Any]]:
+    """mountPath -> the volume mounted there, for container `name`."""
+    volumes = {v["name"]: v for v in pod(docs)["volumes"]}
+    return {m["mountPath"]: {**volumes[m["name"]], "mount": m}
+            for m in containers(docs)[name].get("volumeMounts", [])}
 
 
 @pytest.fixture(scope="module")
-def rendered() -> list[dict]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed; `kubectl kustomize deploy/` cannot be checked")
-    out = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "deploy")], capture_output=True, text=True,
-        timeout=120, check=True,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+def base() -> list[dict[str, Any]]:
+    return render(DEPLOY)
 
 
-def test_rendered_manifests_validate_strictly(rendered: list[dict]) -> None:
-    for doc in rendered:
-        kubernetes_validate.validate(doc, "1.30", strict=True)
+@pytest.mark.parametrize("overlay", [".", *OVERLAYS])
+def test_every_overlay_renders_and_validates_strictly(overlay: str) -> None:
+    docs = render(DEPLOY / overlay)
+    validate(docs)
+    assert [c["name"] for c in pod(docs)["containers"]] == list(SERVICES)
 
 
-def test_daemonset_runs_the_four_services(rendered: list[dict]) -> None:
-    (ds,) = [d for d in rendered if d["kind"] == "DaemonSet"]
-    containers = ds["spec"]["template"]["spec"]["containers"]
-    assert [c["name"] for c in containers] == list(SERVICES)
-    assert [c["args"] for c in containers] == [["run", s] for s in SERVICES]
-    for c in containers:
-        env = {e["name"]: e for e in c.get("env", [])}
-        assert env["PK_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_every_component_renders_alone_and_validates(component: str, tmp_path: Path) -> None:
+    validate(render(with_component(component, tmp_path)))
 
 
-def test_rbac_grants_only_what_is_used(rendered: list[dict]) -> None:
-    (role,) = [d for d in rendered if d["kind"] == "ClusterRole"]
+def test_the_validator_refuses_an_unknown_field(base: list[dict[str, Any]]) -> None:
+    ds = one(base, "DaemonSet")
+    ds["spec"]["template"]["spec"]["containers"][0]["runAsUserTypo"] = 0
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, K8S_VERSION, strict=True)
+
+
+def test_daemonset_runs_the_four_services(base: list[dict[str, Any]]) -> None:
+    for name, c in containers(base).items():
+        assert c["args"] == ["run", name]
+        assert env(c)["PK_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+
+
+def test_namespace_admits_privileged_pods(base: list[dict[str, Any]]) -> None:
+    labels = one(base, "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_each_service_runs_with_exactly_its_identity(base: list[dict[str, Any]]) -> None:
+    by = {n: c["securityContext"] for n, c in containers(base).items()}
+    assert by["watcher"]["runAsUser"] == 10001 and by["watcher"]["runAsNonRoot"] is True
+    for name in ("allocator", "reclaimer"):  # root, for the kubelet's dirs and the MIG caps
+        assert by[name]["runAsUser"] == 0
+        assert by[name]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+        assert not by[name].get("privileged")
+    assert by["gc"]["runAsUser"] == 0  # the owner of what the allocator writes, nothing more
+    for name in ("watcher", "gc"):
+        assert by[name]["capabilities"] == {"drop": ["ALL"]}
+    for sc in by.values():
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert pod(base)["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_host_paths_go_only_where_they_are_written(base: list[dict[str, Any]]) -> None:
+    def host(name: str) -> set[str]:
+        return {v["hostPath"]["path"] for v in mounts(base, name).values() if "hostPath" in v}
+
+    assert host("watcher") == set()
+    assert host("allocator") == {"/var/lib/kubelet/device-plugins",
+                                 "/var/lib/kubelet/pod-resources", "/var/lib/partkeeper/pods"}
+    assert host("reclaimer") == host("gc") == {"/var/lib/partkeeper/pods"}
+    pods_dir = mounts(base, "gc")["/var/lib/partkeeper/pods"]
+    assert not pods_dir["mount"].get("readOnly")  # the GC removes what it collects
+
+
+def test_nvml_comes_from_the_nvidia_container_toolkit(base: list[dict[str, Any]]) -> None:
+    assert pod(base)["runtimeClassName"] == "nvidia"
+    for name in ("allocator", "reclaimer"):
+        e = env(containers(base)[name])
+        assert e["NVIDIA_VISIBLE_DEVICES"] == "all"
+        assert "utility" in e["NVIDIA_DRIVER_CAPABILITIES"].split(",")
+        assert e["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
+        assert e["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    for name in ("watcher", "gc"):
+        assert env(containers(base)[name])["NVIDIA_VISIBLE_DEVICES"] == "void"
+
+
+def test_credentials_reach_only_their_own_container(base: list[dict[str, Any]]) -> None:
+    for name, c in containers(base).items():
+        path = env(c)["NATS_CREDS"]
+        assert path == f"/etc/partkeeper/nats/{name}.creds"
+        secrets = [v for v in mounts(base, name).values() if "secret" in v]
+        assert [[i["key"] for i in s["secret"]["items"]] for s in secrets] == [[f"{name}.creds"]]
+    # the watcher's file is readable by its UID through the Pod's fsGroup
+    watcher = mounts(base, "watcher")["/etc/partkeeper/nats"]["secret"]
+    assert watcher["defaultMode"] == 0o440 and pod(base)["securityContext"]["fsGroup"] == 10001
+
+
+def test_only_the_watcher_has_an_api_token(base: list[dict[str, Any]]) -> None:
+    assert pod(base)["automountServiceAccountToken"] is False
+    assert one(base, "ServiceAccount")["automountServiceAccountToken"] is False
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert [n for n in SERVICES if token in mounts(base, n)] == ["watcher"]
+    sources = mounts(base, "watcher")[token]["projected"]["sources"]
+    assert {next(iter(s)) for s in sources} == {"serviceAccountToken", "configMap", "downwardAPI"}
+
+
+def test_probes_hit_the_health_endpoints(base: list[dict[str, Any]]) -> None:
+    for c in containers(base).values():
+        (port,) = c["ports"]
+        assert port["name"] == "metrics"
+        assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+        assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+
+def test_requests_cover_the_measured_working_set(base: list[dict[str, Any]]) -> None:
+    """docs/benchmarks.md "Service footprint": peak RSS under the demo and idle, rounded up."""
+    measured_mib = {"watcher": 101, "allocator": 63, "reclaimer": 62, "gc": 60}
+    for name, c in containers(base).items():
+        requests, limits = c["resources"]["requests"], c["resources"]["limits"]
+        assert _mib(requests["memory"]) >= measured_mib[name]
+        assert _mib(limits["memory"]) >= 2 * _mib(requests["memory"])
+        assert "cpu" in requests and "cpu" not in limits  # never throttle a kubelet callback
+
+
+def _mib(quantity: str) -> int:
+    assert quantity.endswith("Mi"), quantity
+    return int(quantity[:-2])
+
+
+def test_rbac_grants_only_what_is_used(base: list[dict[str, Any]]) -> None:
     grants = {
         (group, res, verb)
-        for rule in role["rules"]
+        for rule in one(base, "ClusterRole")["rules"]
         for group in rule["apiGroups"]
         for res in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert grants == {
-        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-        ("", "events", "create"), ("events.k8s.io", "events", "create"),
-    }
+    assert grants == {("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
+                      ("", "events", "create")}
+
+
+def test_a_changed_setting_rolls_the_daemonset(base: list[dict[str, Any]]) -> None:
+    example = render(DEPLOY / "overlays" / "example")
+    name = one(base, "ConfigMap")["metadata"]["name"]
+    assert name.startswith("partkeeper-")
+    assert one(example, "ConfigMap")["metadata"]["name"] != name
+    for docs in (base, example):
+        refs = {c["envFrom"][0]["configMapRef"]["name"] for c in pod(docs)["containers"]}
+        assert refs == {one(docs, "ConfigMap")["metadata"]["name"]}
+
+
+def test_example_overlay_sets_the_operators_choices() -> None:
+    docs = render(DEPLOY / "overlays" / "example")
+    data = one(docs, "ConfigMap")["data"]
+    assert data["NATS_URL"].count("nats://") == 3 and data["PK_STREAM_REPLICAS"] == "3"
+    spec = pod(docs)
+    assert spec["nodeSelector"]["partkeeper.io/agent"] == "true"
+    assert spec["priorityClassName"] == one(docs, "PriorityClass")["metadata"]["name"]
+    monitor = one(docs, "PodMonitor")
+    assert monitor["metadata"]["namespace"] == "partkeeper"
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "partkeeper"}
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    for name in SERVICES:  # per-node credentials: this node's files, each in its own container
+        (volume,) = [v for v in mounts(docs, name).values() if v["mount"]["mountPath"]
+                     == "/etc/partkeeper/nats"]
+        assert volume["hostPath"] == {"path": f"/etc/partkeeper/nats/{name}", "type": "Directory"}
+
+
+def test_static_users_get_their_own_password_only() -> None:
+    docs = render(DEPLOY / "overlays" / "static-users")
+    for name, c in containers(docs).items():
+        e = env(c)
+        assert "NATS_CREDS" not in e and e["NATS_USER"] == f"pk-{name}"
+        assert e["NATS_PASSWORD"] == {"secretKeyRef": {"name": "partkeeper-nats-passwords",
+                                                       "key": name}}
+        assert "/etc/partkeeper/nats" not in mounts(docs, name)
+    assert not any("secret" in v for v in pod(docs)["volumes"])
+
+
+def test_host_driver_overlay_loads_nvml_from_the_driver_root() -> None:
+    docs = render(DEPLOY / "overlays" / "host-driver")
+    assert "runtimeClassName" not in pod(docs)
+    for name in ("allocator", "reclaimer"):
+        root = mounts(docs, name)["/driver-root"]
+        assert root["hostPath"]["path"] == "/" and root["mount"]["readOnly"] is True
+        assert "/driver-root/usr/lib/x86_64-linux-gnu" in env(containers(docs)[name])[
+            "LD_LIBRARY_PATH"]
+        assert containers(docs)[name]["securityContext"]["privileged"] is True
+    for name in ("watcher", "gc"):
+        assert not containers(docs)[name]["securityContext"].get("privileged")
