@@ -58,13 +58,9 @@ def measure(rounds: int) -> dict[str, dict[str, float]]:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             last: dict[int, tuple[str, float]] = {}
             while proc.poll() is None:
-                for entry in os.listdir("/proc"):
-                    if not entry.isdigit() or (service := _service_of(int(entry))) is None:
-                        continue
-                    if (sample := _sample(int(entry))) is None:
-                        continue
-                    peak[service] = max(peak[service], sample[0] / 2**20)
-                    last[int(entry)] = (service, sample[1])
+                for pid, (service, rss, seconds) in _all().items():
+                    peak[service] = max(peak[service], rss / 2**20)
+                    last[pid] = (service, seconds)
                 time.sleep(0.5)
             wall += time.monotonic() - start
             for service, seconds in last.values():
