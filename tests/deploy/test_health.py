@@ -125,6 +125,12 @@ async def test_allocator_is_ready_only_while_registered_with_kubelet(
     finally:
         await kubelet.stop()
 
+    async def unregistered() -> bool:
+        return (await conditions()).get("kubelet registration") is False
+
+    await until(unregistered, "not ready once the kubelet is gone", timeout=30)
+    assert (await probe(port, "/livez"))[0] == 200  # waiting for a kubelet is no reason to restart
+
 
 async def test_allocator_that_cannot_serve_in_the_kubelet_dir_exits_with_one_line(
     nats_server: NatsServer, node: str, workdir: Path
