@@ -56,8 +56,9 @@ def test_compose_runs_every_service_and_the_simulated_cluster() -> None:
     doc = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
     names = set(doc["services"])
     assert {"nats", "jaeger", "simcluster", *SERVICES} <= names
-    for svc in SERVICES:
+    for svc, port in zip(SERVICES, (9401, 9402, 9403, 9404), strict=True):
         assert doc["services"][svc]["command"] == ["run", svc]
+        assert f"http://127.0.0.1:{port}/readyz" in doc["services"][svc]["healthcheck"]["test"][-1]
     assert doc["x-service"]["build"]["args"]["EXTRAS"] == "sim"  # the simulator is in this image
 
 
