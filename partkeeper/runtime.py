@@ -42,7 +42,7 @@ def run(name: str, body: ServiceBody) -> int:
         asyncio.run(_main(name, config, body))
     except StartupError as exc:
         log.error("%s cannot start: %s", name, exc)
-        return 1
+        return 2  # as for a bad setting: this process cannot run here as configured
     finally:
         tracing.shutdown()
     return 0

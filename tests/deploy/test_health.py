@@ -2,7 +2,7 @@
 
 Ready means the service's NATS work is up and, for the allocator, every plugin is registered with
 the kubelet now at kubelet.sock; live means its event loop still turns. A deployment error found
-at start is one JSON log line and exit status 1, never a traceback.
+at start is one JSON log line and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ async def test_allocator_that_cannot_serve_in_the_kubelet_dir_exits_with_one_lin
     (workdir / "file").write_text("not a directory")
     proc, log = await start("allocator", workdir, nats_server, node, PK_METRICS_PORT="0",
                             PK_KUBELET_DIR=str(workdir / "file" / "dp"))
-    assert await asyncio.wait_for(proc.wait(), 60) == 1
+    assert await asyncio.wait_for(proc.wait(), 60) == 2
     text = log.read_text()
     assert "Traceback" not in text
     (line,) = [json.loads(raw) for raw in text.splitlines() if "cannot start" in raw]
