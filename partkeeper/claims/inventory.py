@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from partkeeper.drivers.base import Instance
+from partkeeper.drivers.base import Instance, same_partition
 from schemas import CardClaims, Claim
 
 
@@ -23,24 +23,34 @@ def _at_spec(claim: Claim, inst: Instance) -> bool:
     return inst.profile == claim.profile and inst.start == claim.start
 
 
+def _recorded(claim: Claim) -> Instance | None:
+    if claim.instance is None:
+        return None
+    live = claim.instance
+    return Instance(claim.card, claim.profile, claim.start, claim.size, live.gi_id, live.ci_id,
+                    live.uuid)
+
+
 def classify(doc: CardClaims, instances: list[Instance]) -> Inventory:
     """Match physical instances to the card's partition claims.
 
-    A claim with a recorded identity owns the instance with that UUID and GI id. A claim without
-    one (creating, or released mid-create) is matched to an instance exactly at its spec, which is
+    A claim with a recorded identity owns the instance with that UUID and GI id, or the GPU
+    instance of its GI id, profile and start left without a compute instance by an interrupted
+    destroy (`same_partition`), so that the destroy is finished, never the slot lost. A claim
+    without one (creating, or released mid-create) is matched to an instance exactly at its spec, which is
     what a create interrupted by a crash leaves behind. Every other instance is foreign.
     """
     inv = Inventory()
-    by_uuid = {(i.uuid, i.gi_id): i for i in instances}
     used: set[tuple[str, int]] = set()
     partitions = [c for c in doc.claims.values() if c.kind == "partition"]
     for claim in partitions:
-        if claim.instance is None:
+        recorded = _recorded(claim)
+        if recorded is None:
             continue
-        key = (claim.instance.uuid, claim.instance.gi_id)
-        if key in by_uuid:
-            inv.owned[claim.id] = by_uuid[key]
-            used.add(key)
+        found = next((i for i in instances if same_partition(recorded, i)), None)
+        if found is not None:
+            inv.owned[claim.id] = found
+            used.add((found.uuid, found.gi_id))
         else:
             inv.vanished.append(claim.id)
     for claim in partitions:

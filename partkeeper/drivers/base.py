@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from partkeeper.errors import StartupError
+
 Mode = Literal["partition", "sliced"]
 
 
@@ -22,6 +24,8 @@ class Card:
     model: str
     mode: Mode
     memory_mib: int
+    minor: int | None = None  # the device node's minor (/dev/nvidia<minor>); None: the index
+    problem: str = ""  # why the driver offers no profile on a card of a known model ("": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,24 @@ class Instance:
     @property
     def placement(self) -> tuple[int, int]:
         return (self.start, self.size)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the partition has its compute instance (and so its UUID). A GPU instance
+        without one is what a create or destroy interrupted between its two steps leaves."""
+        return self.ci_id >= 0 and bool(self.uuid)
+
+
+def same_partition(recorded: Instance, listed: Instance) -> bool:
+    """Whether `listed` is the partition recorded as `recorded`: the same UUID and GI id, or,
+    once a destroy removed the compute instance and stopped before the GPU instance, the GPU
+    instance of that GI id, profile and start, left without a compute instance."""
+    if (listed.uuid, listed.gi_id) == (recorded.uuid, recorded.gi_id):
+        return True
+    where = (listed.card, listed.gi_id, listed.profile, listed.start)
+    return not listed.complete and where == (
+        recorded.card, recorded.gi_id, recorded.profile, recorded.start
+    )
 
 
 class DriverError(Exception):
@@ -94,6 +116,10 @@ class IdentityMismatchError(DriverError):
     """The instance found at the expected place is not the one the caller expected to destroy."""
 
     kind = "identity_mismatch"
+
+
+class LibraryMissing(StartupError):
+    """The vendor library cannot be loaded or initialised on this node: one sentence saying so."""
 
 
 class UnknownError(DriverError):

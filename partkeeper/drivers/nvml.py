@@ -5,19 +5,19 @@
 
 A partition is one GPU instance (GI) holding one full-size compute instance (CI); its identity is
 the MIG device UUID NVML reports for that CI. Every enumeration fails closed: an NVML error while
-reading is a ReadError, never an empty or shortened list.
+reading is a ReadError, never an empty or shortened list. nvidia-ml-py passes arguments to the C
+library as given (no argtypes), so every struct the header takes by pointer is passed `byref`.
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
 
-from partkeeper.drivers import profiles
+from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
     Card,
     DriverError,
@@ -25,70 +25,18 @@ from partkeeper.drivers.base import (
     Instance,
     InstanceSpec,
     InUseError,
+    LibraryMissing,
     NotFoundError,
     PlacementError,
     ReadError,
     UnknownError,
 )
+from partkeeper.drivers.nvml_tables import CardInfo, GiProfile, model_for
+
+__all__ = ["NvmlDriver", "model_for"]
 
 T = TypeVar("T")
-# The GI profiles partkeeper creates. The +me/+gfx/-me variants share slice count and memory with
-# these, so matching a profile name is restricted to this set; enumeration covers every profile.
-_BASE_GI_PROFILES = ("1_SLICE", "1_SLICE_REV2", "2_SLICE", "3_SLICE", "4_SLICE", "7_SLICE")
-# NVML reports the usable memory of a profile, somewhat under its nominal size.
-_PROFILE_MEMORY_TOLERANCE = 0.25
-_CARD_MEMORY_TOLERANCE = 0.1
-
 _Mig = tuple[int, str, Any]  # (CI id, MIG device UUID, MIG device handle)
-
-
-def model_for(name: str, memory_mib: int) -> str | None:
-    """The profiles.py model of a card NVML calls `name` with `memory_mib` in total, or None.
-
-    The family comes from the name as a whole word (so "GH200" is no "H200"), the size from the
-    memory, because one family ships in several sizes (A100 40GB and 80GB).
-    """
-    family = [
-        m for m in profiles.MODELS.values() if re.search(rf"\b{m.name.split('-')[0]}\b", name)
-    ]
-    best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
-    if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:
-        return None
-    return best.name
-
-
-def _nvml_name(info: Any) -> str:
-    raw = getattr(info, "name", b"")
-    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    return text.removeprefix("MIG ").strip()
-
-
-def _match(table: dict[str, profiles.Profile], info: Any) -> profiles.Profile | None:
-    """Our profile for an NVML GI profile: by name when NVML gives one, else slices and memory."""
-    named = table.get(_nvml_name(info))
-    if named is not None:
-        return named
-    same = [p for p in table.values() if p.compute_slices == info.sliceCount]
-    best = min(same, key=lambda p: abs(p.memory_mib - info.memorySizeMB), default=None)
-    if best is None or abs(best.memory_mib - info.memorySizeMB) > (
-        _PROFILE_MEMORY_TOLERANCE * best.memory_mib
-    ):
-        return None
-    return best
-
-
-@dataclass(frozen=True, slots=True)
-class _GiProfile:
-    name: str  # ours for a base profile ("1g.10gb"), NVML's for the others ("1g.10gb+me")
-    nvml_id: int
-    max_count: int
-    ours: profiles.Profile | None
-
-
-@dataclass(frozen=True, slots=True)
-class _CardInfo:
-    model: str | None
-    gi_profiles: tuple[_GiProfile, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +48,28 @@ class _Gi:
     size: int
 
 
+def _load() -> ModuleType:
+    """nvidia-ml-py, initialised; LibraryMissing (a StartupError, one sentence) if it cannot be."""
+    import pynvml  # here, not at the top: see the module docstring
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise LibraryMissing(
+            f"the NVIDIA management library (libnvidia-ml.so.1) cannot be used on this node "
+            f"({exc}); install the NVIDIA driver or mount its libraries, or set PK_DRIVER=sim"
+        ) from exc
+    return pynvml
+
+
 class NvmlDriver:
     """The Driver protocol over NVML. Holds handles and static card facts, nothing that changes."""
 
     name = "nvml"
 
     def __init__(self) -> None:
-        import pynvml  # here, not at the top: see the module docstring
-
-        self._nv: ModuleType = pynvml
-        self._info: dict[int, _CardInfo] = {}
-        self._read("open", None, "initialising NVML", self._nv.nvmlInit)
+        self._nv: ModuleType = _load()
+        self._info: dict[int, CardInfo] = {}
 
     def close(self) -> None:
         self._read("close", None, "shutting NVML down", self._nv.nvmlShutdown)
@@ -145,19 +104,27 @@ class NvmlDriver:
         what = "getting the device handle"
         return self._read(op, card, what, self._nv.nvmlDeviceGetHandleByIndex, card)
 
-    def _mig_enabled(self, op: str, card: int, dev: Any) -> bool:
+    def mig_modes(self, op: str, card: int, dev: Any) -> tuple[bool, bool] | None:
+        """(current, pending) MIG mode, or None for a card without MIG at all."""
+        nv = self._nv
         try:
-            current = self._nv.nvmlDeviceGetMigMode(dev)[0]
-        except self._nv.NVMLError as exc:
-            if self._code(exc) == self._nv.NVML_ERROR_NOT_SUPPORTED:
-                return False  # a card without MIG at all is sliced
+            current, pending = nv.nvmlDeviceGetMigMode(dev)
+        except nv.NVMLError as exc:
+            if self._code(exc) == nv.NVML_ERROR_NOT_SUPPORTED:
+                return None
             raise ReadError(op, card, None, f"reading the MIG mode: {exc}") from exc
-        return bool(current == self._nv.NVML_DEVICE_MIG_ENABLE)
+        enabled = nv.NVML_DEVICE_MIG_ENABLE
+        return (current == enabled, pending == enabled)
+
+    def _mig_enabled(self, op: str, card: int, dev: Any) -> bool:
+        modes = self.mig_modes(op, card, dev)
+        return modes is not None and modes[0]  # a card without MIG at all is sliced
 
     # -- static card facts --------------------------------------------------------------------
 
-    def _card_info(self, op: str, card: int, dev: Any) -> _CardInfo:
-        """The model and GI profiles of a card; cached, because neither changes while we run."""
+    def card_info(self, op: str, card: int, dev: Any) -> CardInfo:
+        """NVML's name, profiles and placements of a card, checked against profiles.py; cached,
+        because none of them changes while MIG mode stays as it is."""
         if card in self._info:
             return self._info[card]
         nv = self._nv
@@ -165,16 +132,21 @@ class NvmlDriver:
         memory = self._read(op, card, "reading the memory", nv.nvmlDeviceGetMemoryInfo, dev)
         model = model_for(name, memory.total // 2**20)
         table = profiles.MODELS[model].profiles if model else {}
-        base = {getattr(nv, f"NVML_GPU_INSTANCE_PROFILE_{b}") for b in _BASE_GI_PROFILES}
-        found: list[_GiProfile] = []
+        base = {getattr(nv, f"NVML_GPU_INSTANCE_PROFILE_{b}") for b in nvml_tables.BASE_GI_PROFILES}
+        found: list[GiProfile] = []
         for const in range(nv.NVML_GPU_INSTANCE_PROFILE_COUNT):
             info = self._profile_info(op, card, dev, const)
             if info is None:
                 continue
-            ours = _match(table, info) if const in base else None
-            label = ours.name if ours else _nvml_name(info) or f"nvml-profile-{info.id}"
-            found.append(_GiProfile(label, info.id, info.instanceCount, ours))
-        self._info[card] = _CardInfo(model, tuple(found))
+            ours = nvml_tables.match(table, info) if const in base else None
+            label = ours.name if ours else nvml_tables.nvml_name(info) or f"nvml-profile-{info.id}"
+            where = "reading the placements of " + label
+            spots = self._read(op, card, where, nvml_tables.placements, nv, dev, info.id)
+            found.append(GiProfile(label, const, info.id, info.instanceCount, spots, ours))
+        problem = nvml_tables.disagreement(found, model) if model else ""
+        refused = model if problem else None
+        self._info[card] = CardInfo(name, None if problem else model, tuple(found),
+                                    f"{refused}: {problem}" if problem else "")
         return self._info[card]
 
     def _profile_info(self, op: str, card: int, dev: Any, const: int) -> Any | None:
@@ -198,10 +170,14 @@ class NvmlDriver:
         name = self._read(op, index, "reading the name", nv.nvmlDeviceGetName, dev)
         uuid = self._read(op, index, "reading the UUID", nv.nvmlDeviceGetUUID, dev)
         memory = self._read(op, index, "reading the memory", nv.nvmlDeviceGetMemoryInfo, dev)
+        minor = self._read(op, index, "reading the minor number", nv.nvmlDeviceGetMinorNumber, dev)
         memory_mib = int(memory.total // 2**20)
-        mode = "partition" if self._mig_enabled(op, index, dev) else "sliced"
-        # A model missing from profiles.py keeps NVML's name: listed, offered no profiles.
-        return Card(index, uuid, model_for(name, memory_mib) or name, mode, memory_mib)
+        if not self._mig_enabled(op, index, dev):
+            return Card(index, uuid, model_for(name, memory_mib) or name, "sliced", memory_mib,
+                        minor)
+        info = self.card_info(op, index, dev)
+        # A model missing from profiles.py, or refused, keeps NVML's name: listed, no profiles.
+        return Card(index, uuid, info.model or name, "partition", memory_mib, minor, info.problem)
 
     def instances(self, card: int) -> list[Instance]:
         dev = self._device("list", card)
@@ -214,11 +190,11 @@ class NvmlDriver:
     def _gpu_instances(self, op: str, card: int, dev: Any) -> list[_Gi]:
         nv = self._nv
         found: list[_Gi] = []
-        for prof in self._card_info(op, card, dev).gi_profiles:
+        for prof in self.card_info(op, card, dev).gi_profiles:
             array = (nv.c_nvmlGpuInstance_t * max(prof.max_count, 1))()
             count = ctypes.c_uint(0)
             what = f"listing {prof.name} GPU instances"
-            args = (dev, prof.nvml_id, array, ctypes.pointer(count))
+            args = (dev, prof.nvml_id, array, ctypes.byref(count))
             self._read(op, card, what, nv.nvmlDeviceGetGpuInstances, *args)
             found.extend(self._describe(op, card, dev, h) for h in array[: count.value])
         return sorted(found, key=lambda gi: gi.start)
@@ -226,7 +202,7 @@ class NvmlDriver:
     def _describe(self, op: str, card: int, dev: Any, handle: Any) -> _Gi:
         what = "reading a GPU instance"
         info = self._read(op, card, what, self._nv.nvmlGpuInstanceGetInfo, handle)
-        known = self._card_info(op, card, dev).gi_profiles
+        known = self.card_info(op, card, dev).gi_profiles
         name = next((p.name for p in known if p.nvml_id == info.profileId), None)
         place = info.placement
         label = name or f"nvml-profile-{info.profileId}"
@@ -252,32 +228,57 @@ class NvmlDriver:
             devices.sort(key=lambda d: d[0])
         return found
 
+    def processes(self, op: str, card: int, gi_id: int) -> int:
+        """How many processes run on the MIG devices of GPU instance `gi_id`."""
+        nv = self._nv
+        devices = self._mig_devices(op, card, self._device(op, card)).get(gi_id, [])
+        what = "listing the processes"
+        return sum(
+            len(self._read(op, card, what, nv.nvmlDeviceGetComputeRunningProcesses, mig))
+            for _, _, mig in devices
+        )
+
     # -- changes ------------------------------------------------------------------------------
 
     def create(self, spec: InstanceSpec) -> Instance:
-        nv, op, card = self._nv, "create", spec.card
+        """Create a partition at `spec`. A GPU instance without compute instance exactly at
+        `spec` (a create interrupted between its two steps) is completed instead."""
+        op, card = "create", spec.card
         dev = self._device(op, card)
         if not self._mig_enabled(op, card, dev):
             raise PlacementError(op, card, None, "MIG mode is not enabled on the card")
         gi_profile, ours = self._legal(spec, dev)
-        size = ours.size
-        for other in self.instances(card):  # a failed read refuses the create (fail closed)
-            if profiles.overlaps((spec.start, size), other.placement):
-                cause = f"slices {spec.start}-{spec.start + size - 1} overlap this {other.profile}"
+        existing = self.instances(card)  # a failed read refuses the create (fail closed)
+        for other in existing:
+            if (other.profile, other.start) == (spec.profile, spec.start) and not other.complete:
+                return self._finish_leftover(spec, ours, dev, other)
+            if profiles.overlaps((spec.start, ours.size), other.placement):
+                end = spec.start + ours.size - 1
+                cause = f"slices {spec.start}-{end} overlap this {other.profile}"
                 raise PlacementError(op, card, other.uuid or f"GI {other.gi_id}", cause)
+        return self._complete(spec, ours, dev, self._create_gi(spec, ours, dev, gi_profile))
+
+    def _create_gi(self, spec: InstanceSpec, ours: profiles.Profile, dev: Any, gp: GiProfile):
+        nv = self._nv
         placement = nv.c_nvmlGpuInstancePlacement_t()
-        placement.start, placement.size = spec.start, size
-        try:
-            gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(dev, gi_profile.nvml_id, placement)
+        placement.start, placement.size = spec.start, ours.size
+        try:  # the header takes `const nvmlGpuInstancePlacement_t *`: a pointer, not the struct
+            place = ctypes.byref(placement)
+            return nv.nvmlDeviceCreateGpuInstanceWithPlacement(dev, gp.nvml_id, place)
         except nv.NVMLError as exc:
             what = f"creating a {spec.profile} GPU instance at start {spec.start}"
-            raise self._mapped(op, card, None, what, exc) from exc
-        return self._complete(spec, ours, dev, gi)
+            raise self._mapped("create", spec.card, None, what, exc) from exc
 
-    def _legal(self, spec: InstanceSpec, dev: Any) -> tuple[_GiProfile, profiles.Profile]:
-        info = self._card_info("create", spec.card, dev)
+    def _finish_leftover(self, spec: InstanceSpec, ours: profiles.Profile, dev: Any, gi: Instance):
+        what = f"reopening GPU instance {gi.gi_id}"
+        handle = self._read("create", spec.card, what, self._nv.nvmlDeviceGetGpuInstanceById,
+                            dev, gi.gi_id)
+        return self._complete(spec, ours, dev, handle)
+
+    def _legal(self, spec: InstanceSpec, dev: Any) -> tuple[GiProfile, profiles.Profile]:
+        info = self.card_info("create", spec.card, dev)
         if info.model is None:
-            cause = "the card's model is not in partkeeper's profile tables"
+            cause = info.problem or "the card's model is not in partkeeper's profile tables"
             raise PlacementError("create", spec.card, None, cause)
         chosen = next((p for p in info.gi_profiles if p.ours and p.name == spec.profile), None)
         if chosen is None or chosen.ours is None:
@@ -290,7 +291,7 @@ class NvmlDriver:
         return chosen, chosen.ours
 
     def _complete(self, spec: InstanceSpec, ours: profiles.Profile, dev: Any, gi: Any) -> Instance:
-        """Give the new GI its full-size CI and find its UUID; on any failure, undo the GI."""
+        """Give the GI its full-size CI and find its UUID; on any failure, undo the GI."""
         nv = self._nv
         ci: Any = None
         step = "reading the new GPU instance"
@@ -338,35 +339,30 @@ class NvmlDriver:
         cis = self._mig_devices(op, card, dev).get(expected.gi_id, [])
         _check_identity(expected, gi, cis)
         for ci_id, uuid, _ in cis:
-            try:
-                nv.nvmlComputeInstanceDestroy(
-                    nv.nvmlGpuInstanceGetComputeInstanceById(handle, ci_id)
-                )
-            except nv.NVMLError as exc:
-                if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
-                    continue  # the CI is already gone; the GI still has to go
-                raise self._mapped(
-                    op, card, uuid, f"destroying compute instance {ci_id}", exc
-                ) from exc
+            self._destroy_ci(handle, card, ci_id, uuid)
         try:
             nv.nvmlGpuInstanceDestroy(handle)
         except nv.NVMLError as exc:
-            raise self._mapped(
-                op, card, name, f"destroying GPU instance {expected.gi_id}", exc
-            ) from exc
+            what = f"destroying GPU instance {expected.gi_id}"
+            raise self._mapped(op, card, name, what, exc) from exc
+
+    def _destroy_ci(self, gi: Any, card: int, ci_id: int, uuid: str) -> None:
+        nv = self._nv
+        try:
+            nv.nvmlComputeInstanceDestroy(nv.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id))
+        except nv.NVMLError as exc:
+            if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
+                return  # the CI is already gone; the GI still has to go
+            what = f"destroying compute instance {ci_id}"
+            raise self._mapped("destroy", card, uuid, what, exc) from exc
 
     def is_busy(self, instance: Instance) -> bool:
-        nv, op, card = self._nv, "busy", instance.card
-        dev = self._device(op, card)
-        devices = self._mig_devices(op, card, dev).get(instance.gi_id, [])
+        op, card = "busy", instance.card
+        devices = self._mig_devices(op, card, self._device(op, card)).get(instance.gi_id, [])
         if instance.uuid and all(uuid != instance.uuid for _, uuid, _ in devices):
             cause = f"no MIG device of GPU instance {instance.gi_id} has this UUID"
             raise NotFoundError(op, card, instance.uuid, cause)
-        what = "listing the processes"
-        return any(
-            self._read(op, card, what, nv.nvmlDeviceGetComputeRunningProcesses, mig)
-            for _, _, mig in devices
-        )
+        return self.processes(op, card, instance.gi_id) > 0
 
 
 def _instance(card: int, gi: _Gi, devices: list[_Mig]) -> Instance:

@@ -1,29 +1,50 @@
-"""What only the nvml driver has: NVML's names and ids, undoing half-made instances, error codes."""
+"""What only the nvml driver has: NVML's names and ids, undoing half-made instances, error codes.
+
+All of it over the real nvidia-ml-py and the fake libnvidia-ml.so.1 built against nvml.h.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pynvml
 import pytest
+from fakes import nvml as nv
+from fakes.nvml import FakeNvml
 
 from partkeeper.config import Config
 from partkeeper.drivers import open_driver
 from partkeeper.drivers.base import (
     InstanceSpec,
     InUseError,
+    LibraryMissing,
     NotFoundError,
     PlacementError,
     ReadError,
     UnknownError,
 )
 from partkeeper.drivers.nvml import NvmlDriver, model_for
+from partkeeper.drivers.nvml_tables import placements
 from partkeeper.drivers.sim import SimDriver
-
-from .fake_pynvml import FakeGpu, FakeNvml, standard_gpus
+from partkeeper.errors import StartupError
 
 H100, A100 = 0, 1
+
+
+def carve(card: int, profile_const: int, start: int, *, with_ci: bool = True) -> None:
+    """Make an instance by hand through NVML itself, as nvidia-smi would."""
+    dev = pynvml.nvmlDeviceGetHandleByIndex(card)
+    info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(dev, profile_const)
+    spot = pynvml.c_nvmlGpuInstancePlacement_t()
+    spot.start, spot.size = next(p for p in placements(pynvml, dev, info.id) if p[0] == start)
+    gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(dev, info.id, ctypes.byref(spot))
+    if with_ci:
+        ci = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 0, 0)
+        pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci.id)
 
 
 @pytest.mark.parametrize(
@@ -44,21 +65,87 @@ def test_model_names_map_to_profile_tables(name: str, memory_mib: int, model: st
     assert model_for(name, memory_mib) == model
 
 
-def test_profiles_match_without_nvml_names_and_never_pick_the_me_variant(
-    monkeypatch: pytest.MonkeyPatch,
+# -- the ABI: what a real GPU would crash on or reject -------------------------------------------
+
+
+def test_a_placement_struct_passed_by_value_is_caught(fake_nvml: FakeNvml) -> None:
+    """nvidia-ml-py sets no argtypes: a struct passed where the header wants a pointer reaches
+    the C function as its packed bytes. On a GPU that is a read of a garbage address; the fake
+    detects it without touching it, refuses, and records the complaint."""
+    NvmlDriver()
+    dev = pynvml.nvmlDeviceGetHandleByIndex(H100)
+    spot = pynvml.c_nvmlGpuInstancePlacement_t()
+    spot.start, spot.size = 0, 1
+    with pytest.raises(pynvml.NVMLError) as err:
+        pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(dev, 19, spot)
+    assert err.value.value == nv.ERROR_INVALID_ARGUMENT
+    count, last = fake_nvml.complaints()
+    assert count == 1 and "placement" in last and "0x100000000" in last  # start 0 | size 1 << 32
+    gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(dev, 19, ctypes.byref(spot))
+    assert pynvml.nvmlGpuInstanceGetInfo(gi).placement.size == 1
+
+
+def test_a_garbage_pointer_is_refused_without_a_crash(fake_nvml: FakeNvml) -> None:
+    NvmlDriver()
+    fn = ctypes.CDLL(str(fake_nvml.library)).nvmlDeviceGetCount_v2
+    assert fn(ctypes.c_void_p(0x1234)) == nv.ERROR_INVALID_ARGUMENT
+    assert fake_nvml.complaints()[0] == 1
+
+
+def test_a_versioned_struct_without_its_version_is_refused(fake_nvml: FakeNvml) -> None:
+    NvmlDriver()
+    dev = pynvml.nvmlDeviceGetHandleByIndex(H100)
+    fn = ctypes.CDLL(str(fake_nvml.library)).nvmlDeviceGetGpuInstanceProfileInfoV
+    bare = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+    bare.version = 0
+    assert fn(dev, 0, ctypes.byref(bare)) == 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    assert "version" in fake_nvml.complaints()[1]
+
+
+def test_separate_processes_share_one_card_through_the_normal_library_lookup(
+    fake_nvml: FakeNvml,
 ) -> None:
-    fake = FakeNvml(standard_gpus(), profile_names=False)
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    driver = NvmlDriver()
-    for profile in ("1g.5gb", "1g.10gb", "2g.10gb"):
-        start = {"1g.5gb": 0, "1g.10gb": 2, "2g.10gb": 4}[profile]
-        inst = driver.create(InstanceSpec(A100, profile, start))
-        assert fake.gpus[A100].gis[inst.gi_id].row.name == profile
+    code = (
+        "from partkeeper.drivers.nvml import NvmlDriver; from partkeeper.drivers import "
+        "InstanceSpec; print(NvmlDriver().create(InstanceSpec(0, '2g.20gb', 2)).uuid)"
+    )
+    env = {**os.environ, **fake_nvml.env()}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    [listed] = NvmlDriver().instances(H100)
+    assert listed.uuid == out.stdout.strip() and (listed.profile, listed.start) == ("2g.20gb", 2)
 
 
-def test_a_hand_carved_me_instance_is_listed_and_blocks_its_slot(fake_nvml: FakeNvml) -> None:
+# -- what NVML reports against the built-in tables -----------------------------------------------
+
+
+def test_profile_ids_and_placements_are_read_from_nvml(no_complaints: FakeNvml) -> None:
     driver = NvmlDriver()
-    fake_nvml.add_gi(A100, "1g.5gb+me", 3)
+    dev = pynvml.nvmlDeviceGetHandleByIndex(A100)
+    info = driver.card_info("probe", A100, dev)
+    by_name = {p.name: p for p in info.gi_profiles}
+    assert by_name["1g.5gb"].nvml_id == 19 and by_name["1g.10gb"].nvml_id == 15  # REV2
+    assert by_name["1g.10gb"].placements == ((0, 2), (2, 2), (4, 2), (6, 2))
+    assert by_name["1g.5gb+me"].ours is None and info.problem == ""
+
+
+def test_a_card_whose_nvml_view_disagrees_is_refused_and_says_why(fake_nvml: FakeNvml) -> None:
+    fake_nvml.set_profile(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, (0, 2, 4), 3)
+    driver = NvmlDriver()
+    card = driver.cards()[H100]
+    assert card.model == "NVIDIA H100 80GB HBM3" and "3g.40gb placements" in card.problem
+    with pytest.raises(PlacementError, match=r"3g\.40gb placements"):
+        driver.create(InstanceSpec(H100, "1g.10gb", 0))
+    carve(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 3)
+    assert [i.start for i in driver.instances(H100)] == [3]  # still listed, still occupied
+
+
+# -- instances the driver did not make, or did not finish ----------------------------------------
+
+
+def test_a_hand_carved_me_instance_is_listed_and_blocks_its_slot(no_complaints: FakeNvml) -> None:
+    driver = NvmlDriver()
+    carve(A100, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 3)
     [listed] = driver.instances(A100)
     assert (listed.profile, listed.start, listed.size) == ("1g.5gb+me", 3, 1)
     with pytest.raises(PlacementError):
@@ -66,61 +153,73 @@ def test_a_hand_carved_me_instance_is_listed_and_blocks_its_slot(fake_nvml: Fake
 
 
 def test_a_gpu_instance_without_compute_instance_is_listed_and_destroyable(
-    fake_nvml: FakeNvml,
+    no_complaints: FakeNvml,
 ) -> None:
     driver = NvmlDriver()
-    fake_nvml.add_gi(H100, "3g.40gb", 4, with_ci=False)
+    carve(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 4, with_ci=False)
     [leftover] = driver.instances(H100)
-    assert (leftover.ci_id, leftover.uuid, leftover.start) == (-1, "", 4)
+    assert (leftover.ci_id, leftover.uuid, leftover.start, leftover.complete) == (-1, "", 4, False)
     assert driver.is_busy(leftover) is False
     driver.destroy(leftover)
     assert driver.instances(H100) == []
 
 
 @pytest.mark.parametrize(
-    ("failing", "step"),
+    ("failing", "skip", "step"),
     [
-        ("nvmlGpuInstanceCreateComputeInstance", "creating its compute instance"),
-        ("nvmlDeviceGetUUID", "finding its MIG device UUID"),
+        ("nvmlGpuInstanceCreateComputeInstance", 0, "creating its compute instance"),
+        ("nvmlDeviceGetUUID", 0, "finding its MIG device UUID"),
     ],
 )
 def test_a_create_that_cannot_finish_undoes_its_gpu_instance(
-    fake_nvml: FakeNvml, failing: str, step: str
+    no_complaints: FakeNvml, failing: str, skip: int, step: str
 ) -> None:
     driver = NvmlDriver()
     driver.cards()  # reads the card UUIDs before the failure is armed
-    fake_nvml.fail(failing, fake_nvml.NVML_ERROR_UNKNOWN)
+    no_complaints.fail(failing, nv.ERROR_UNKNOWN, skip=skip)
     with pytest.raises(UnknownError) as err:
         driver.create(InstanceSpec(H100, "2g.20gb", 2))
     message = str(err.value)
     assert "card 0" in message and step in message and "destroyed again" in message
-    assert fake_nvml.gpus[H100].gis == {}
     assert driver.instances(H100) == []
 
 
-def test_a_failed_undo_says_so_and_leaves_the_instance_listed(fake_nvml: FakeNvml) -> None:
+def test_a_failed_undo_says_so_and_leaves_the_instance_listed(no_complaints: FakeNvml) -> None:
     driver = NvmlDriver()
-    fake_nvml.fail("nvmlGpuInstanceCreateComputeInstance", fake_nvml.NVML_ERROR_UNKNOWN)
-    fake_nvml.fail("nvmlGpuInstanceDestroy", fake_nvml.NVML_ERROR_UNKNOWN)
+    no_complaints.fail("nvmlGpuInstanceCreateComputeInstance", nv.ERROR_UNKNOWN)
+    no_complaints.fail("nvmlGpuInstanceDestroy", nv.ERROR_UNKNOWN)
     with pytest.raises(UnknownError, match="undoing it failed too"):
         driver.create(InstanceSpec(H100, "1g.10gb", 5))
     [leftover] = driver.instances(H100)
     assert (leftover.start, leftover.ci_id, leftover.uuid) == (5, -1, "")
 
 
-def test_create_refuses_when_it_cannot_read_what_exists(fake_nvml: FakeNvml) -> None:
+def test_create_at_a_leftover_gpu_instance_completes_it(no_complaints: FakeNvml) -> None:
+    """What a crash inside create leaves (a GI without CI at the claim's spec) is finished by
+    the retried create, so the claim gets a UUID instead of adopting an instance without one."""
     driver = NvmlDriver()
-    fake_nvml.fail("nvmlDeviceGetMigDeviceHandleByIndex", fake_nvml.NVML_ERROR_UNKNOWN)
+    no_complaints.fail("nvmlGpuInstanceCreateComputeInstance", nv.ERROR_UNKNOWN)
+    no_complaints.fail("nvmlGpuInstanceDestroy", nv.ERROR_UNKNOWN)
+    with pytest.raises(UnknownError):
+        driver.create(InstanceSpec(H100, "3g.40gb", 4))
+    [leftover] = driver.instances(H100)
+    made = driver.create(InstanceSpec(H100, "3g.40gb", 4))
+    assert made.complete and made.gi_id == leftover.gi_id and made.uuid.startswith("MIG-")
+    assert driver.instances(H100) == [made]
+
+
+def test_create_refuses_when_it_cannot_read_what_exists(no_complaints: FakeNvml) -> None:
+    driver = NvmlDriver()
+    no_complaints.fail("nvmlDeviceGetMigDeviceHandleByIndex", nv.ERROR_UNKNOWN)
     with pytest.raises(ReadError):
         driver.create(InstanceSpec(H100, "1g.10gb", 0))
-    assert "nvmlDeviceCreateGpuInstanceWithPlacement" not in fake_nvml.calls
+    assert no_complaints.calls("nvmlDeviceCreateGpuInstanceWithPlacement") == 0
 
 
-def test_nvml_refusing_a_placement_is_a_placement_error(fake_nvml: FakeNvml) -> None:
+def test_nvml_refusing_a_placement_is_a_placement_error(no_complaints: FakeNvml) -> None:
     driver = NvmlDriver()
-    fake_nvml.fail(
-        "nvmlDeviceCreateGpuInstanceWithPlacement", fake_nvml.NVML_ERROR_INSUFFICIENT_RESOURCES
-    )
+    code = nv.ERROR_INSUFFICIENT_RESOURCES
+    no_complaints.fail("nvmlDeviceCreateGpuInstanceWithPlacement", code)
     with pytest.raises(PlacementError, match="Insufficient Resources"):
         driver.create(InstanceSpec(H100, "1g.10gb", 0))
 
@@ -128,58 +227,72 @@ def test_nvml_refusing_a_placement_is_a_placement_error(fake_nvml: FakeNvml) -> 
 @pytest.mark.parametrize(
     ("failing", "code", "error"),
     [
-        ("nvmlDeviceGetGpuInstanceById", "NVML_ERROR_UNKNOWN", ReadError),
-        ("nvmlDeviceGetGpuInstanceById", "NVML_ERROR_NOT_FOUND", NotFoundError),
-        ("nvmlGpuInstanceGetInfo", "NVML_ERROR_NOT_FOUND", ReadError),  # a read, not an absence
-        ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_UNKNOWN", ReadError),
-        ("nvmlComputeInstanceDestroy", "NVML_ERROR_IN_USE", InUseError),
-        ("nvmlGpuInstanceDestroy", "NVML_ERROR_IN_USE", InUseError),
-        ("nvmlGpuInstanceDestroy", "NVML_ERROR_NOT_FOUND", NotFoundError),
-        ("nvmlGpuInstanceDestroy", "NVML_ERROR_UNKNOWN", UnknownError),
+        ("nvmlDeviceGetGpuInstanceById", nv.ERROR_UNKNOWN, ReadError),
+        ("nvmlDeviceGetGpuInstanceById", nv.ERROR_NOT_FOUND, NotFoundError),
+        ("nvmlGpuInstanceGetInfo", nv.ERROR_NOT_FOUND, ReadError),  # a read, not an absence
+        ("nvmlDeviceGetMigDeviceHandleByIndex", nv.ERROR_UNKNOWN, ReadError),
+        ("nvmlComputeInstanceDestroy", nv.ERROR_IN_USE, InUseError),
+        ("nvmlGpuInstanceDestroy", nv.ERROR_IN_USE, InUseError),
+        ("nvmlGpuInstanceDestroy", nv.ERROR_NOT_FOUND, NotFoundError),
+        ("nvmlGpuInstanceDestroy", nv.ERROR_UNKNOWN, UnknownError),
     ],
 )
 def test_destroy_maps_nvml_errors(
-    fake_nvml: FakeNvml, failing: str, code: str, error: type[Exception]
+    no_complaints: FakeNvml, failing: str, code: int, error: type[Exception]
 ) -> None:
     driver = NvmlDriver()
     inst = driver.create(InstanceSpec(H100, "4g.40gb", 0))
-    fake_nvml.fail(failing, getattr(fake_nvml, code))
+    no_complaints.fail(failing, code)
     with pytest.raises(error) as err:
         driver.destroy(inst)
     assert type(err.value) is error and "card 0" in str(err.value)
 
 
+def test_a_gpu_instance_with_a_compute_instance_refuses_destroy(no_complaints: FakeNvml) -> None:
+    """NVML's own rule, which the driver's order (CIs first) respects."""
+    driver = NvmlDriver()
+    driver.create(InstanceSpec(H100, "7g.80gb", 0))
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(H100), 1)
+    with pytest.raises(pynvml.NVMLError) as err:
+        pynvml.nvmlGpuInstanceDestroy(gi)
+    assert err.value.value == nv.ERROR_IN_USE
+
+
 @pytest.mark.parametrize(
     ("failing", "code"),
     [
-        ("nvmlDeviceGetGpuInstances", "NVML_ERROR_NOT_FOUND"),  # even "not found" mid-read
-        ("nvmlGpuInstanceGetInfo", "NVML_ERROR_NOT_FOUND"),
-        ("nvmlDeviceGetMaxMigDeviceCount", "NVML_ERROR_UNKNOWN"),
+        ("nvmlDeviceGetGpuInstances", nv.ERROR_NOT_FOUND),  # even "not found" mid-read
+        ("nvmlGpuInstanceGetInfo", nv.ERROR_NOT_FOUND),
+        ("nvmlDeviceGetMaxMigDeviceCount", nv.ERROR_UNKNOWN),
         # NOT_FOUND here is NVML's documented "no MIG device at this index", so UNKNOWN.
-        ("nvmlDeviceGetMigDeviceHandleByIndex", "NVML_ERROR_UNKNOWN"),
-        ("nvmlDeviceGetGpuInstanceId", "NVML_ERROR_NOT_FOUND"),
-        ("nvmlDeviceGetUUID", "NVML_ERROR_NOT_FOUND"),
-        ("nvmlDeviceGetMigMode", "NVML_ERROR_UNKNOWN"),
-        ("nvmlDeviceGetGpuInstanceProfileInfo", "NVML_ERROR_UNKNOWN"),
+        ("nvmlDeviceGetMigDeviceHandleByIndex", nv.ERROR_UNKNOWN),
+        ("nvmlDeviceGetGpuInstanceId", nv.ERROR_NOT_FOUND),
+        ("nvmlDeviceGetUUID", nv.ERROR_NOT_FOUND),
+        ("nvmlDeviceGetMigMode", nv.ERROR_UNKNOWN),
+        ("nvmlDeviceGetGpuInstanceProfileInfoV", nv.ERROR_UNKNOWN),
+        ("nvmlDeviceGetGpuInstancePossiblePlacements_v2", nv.ERROR_UNKNOWN),
     ],
 )
 def test_any_failure_while_listing_is_a_read_error(
-    fake_nvml: FakeNvml, failing: str, code: str
+    no_complaints: FakeNvml, failing: str, code: int
 ) -> None:
     NvmlDriver().create(InstanceSpec(H100, "1g.10gb", 0))
     driver = NvmlDriver()  # fresh, so that its first listing also reads the static profile facts
-    fake_nvml.fail(failing, getattr(fake_nvml, code))
+    no_complaints.fail(failing, code)
     with pytest.raises(ReadError) as err:
         driver.instances(H100)
     assert "card 0" in str(err.value)
-    fake_nvml.failures.clear()
+    no_complaints.clear_failures()
     assert len(driver.instances(H100)) == 1
 
 
-def test_cards_without_mig_are_sliced(monkeypatch: pytest.MonkeyPatch) -> None:
-    gpus = [FakeGpu("NVIDIA H100 80GB HBM3", 81559, "H100-80GB", mig=False)]
-    gpus.append(FakeGpu("Tesla T4", 15360, None))
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus))
+def test_cards_without_mig_are_sliced(
+    nvml_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeNvml.create(nvml_library, tmp_path / "other.state")
+    fake.add_gpu("H100-80GB", mig=False)
+    fake.add_gpu("T4")
+    monkeypatch.setenv(fake.state_env, str(fake.state))
     driver = NvmlDriver()
     assert [(c.model, c.mode) for c in driver.cards()] == [
         ("H100-80GB", "sliced"),
@@ -190,10 +303,15 @@ def test_cards_without_mig_are_sliced(monkeypatch: pytest.MonkeyPatch) -> None:
         driver.create(InstanceSpec(0, "1g.10gb", 0))
 
 
-def test_nvml_that_cannot_start_is_a_read_error(fake_nvml: FakeNvml) -> None:
-    fake_nvml.fail("nvmlInit", 12)  # NVML_ERROR_LIBRARY_NOT_FOUND
-    with pytest.raises(ReadError, match="initialising NVML"):
+def test_nvml_that_cannot_start_is_one_startup_sentence(
+    fake_nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(fake_nvml.state_env, str(tmp_path / "no-driver"))
+    with pytest.raises(LibraryMissing) as err:
         NvmlDriver()
+    assert isinstance(err.value, StartupError)
+    assert "libnvidia-ml.so.1" in str(err.value) and "Driver Not Loaded" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_open_driver_picks_the_configured_driver(fake_nvml: FakeNvml, tmp_path: Path) -> None:

@@ -1,0 +1,105 @@
+"""What NVML says a card offers, read once per card, and whether it agrees with profiles.py.
+
+The driver reads every GPU-instance profile NVML reports (its id, slice count, instance count,
+memory) and, for the base profiles partkeeper creates, the legal placements
+(`nvmlDeviceGetGpuInstancePossiblePlacements`, count query then array). A card whose NVML view of a
+base profile disagrees with the built-in tables (other placements, another size or instance
+count) is refused: it is listed under NVML's own name and offered no profile, so capacity never
+advertises a slot the planner's tables and the hardware see differently. Its instances are still
+listed and counted occupied. docs/drivers.md records this decision.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from partkeeper.drivers import profiles
+
+# The GI profiles partkeeper creates. The +me/+gfx/-me variants share slice count and memory with
+# these, so matching a profile name is restricted to this set; enumeration covers every profile.
+BASE_GI_PROFILES = ("1_SLICE", "1_SLICE_REV2", "2_SLICE", "3_SLICE", "4_SLICE", "7_SLICE")
+# NVML reports the usable memory of a profile, somewhat under its nominal size.
+_PROFILE_MEMORY_TOLERANCE = 0.25
+_CARD_MEMORY_TOLERANCE = 0.1
+
+
+def model_for(name: str, memory_mib: int) -> str | None:
+    """The profiles.py model of a card NVML calls `name` with `memory_mib` in total, or None.
+
+    The family comes from the name as a whole word (so "GH200" is no "H200"), the size from the
+    memory, because one family ships in several sizes (A100 40GB and 80GB).
+    """
+    family = [
+        m for m in profiles.MODELS.values() if re.search(rf"\b{m.name.split('-')[0]}\b", name)
+    ]
+    best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
+    if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:
+        return None
+    return best.name
+
+
+def nvml_name(info: Any) -> str:
+    raw = getattr(info, "name", b"")
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return text.removeprefix("MIG ").strip()
+
+
+def match(table: dict[str, profiles.Profile], info: Any) -> profiles.Profile | None:
+    """Our profile for an NVML GI profile: by name when NVML gives one, else slices and memory."""
+    named = table.get(nvml_name(info))
+    if named is not None:
+        return named
+    same = [p for p in table.values() if p.compute_slices == info.sliceCount]
+    best = min(same, key=lambda p: abs(p.memory_mib - info.memorySizeMB), default=None)
+    if best is None or abs(best.memory_mib - info.memorySizeMB) > (
+        _PROFILE_MEMORY_TOLERANCE * best.memory_mib
+    ):
+        return None
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class GiProfile:
+    name: str  # ours for a base profile ("1g.10gb"), NVML's for the others ("1g.10gb+me")
+    nvml_const: int  # NVML_GPU_INSTANCE_PROFILE_*
+    nvml_id: int  # the profile id NVML reports and create takes
+    max_count: int
+    placements: tuple[tuple[int, int], ...]  # (start, size) as NVML reports them; base only
+    ours: profiles.Profile | None
+
+
+@dataclass(frozen=True, slots=True)
+class CardInfo:
+    nvml_name: str
+    model: str | None  # None: not in the tables, or refused (see `problem`)
+    gi_profiles: tuple[GiProfile, ...]
+    problem: str = ""  # why the card is refused, "" when it agrees with the tables
+
+
+def placements(nv: ModuleType, dev: Any, nvml_id: int) -> tuple[tuple[int, int], ...]:
+    """The legal placements of a GI profile: NVML's count query (NULL buffer), then the array."""
+    count = ctypes.c_uint(0)
+    nv.nvmlDeviceGetGpuInstancePossiblePlacements(dev, nvml_id, None, ctypes.byref(count))
+    array = (nv.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+    nv.nvmlDeviceGetGpuInstancePossiblePlacements(dev, nvml_id, array, ctypes.byref(count))
+    return tuple((p.start, p.size) for p in array[: count.value])
+
+
+def disagreement(found: list[GiProfile], model: str) -> str:
+    """How NVML's view of the base profiles differs from profiles.py for `model` ("" if not)."""
+    table = profiles.MODELS[model].profiles
+    seen = {p.ours.name: p for p in found if p.ours is not None}
+    problems = [f"NVML offers no {name}" for name in table if name not in seen]
+    for name, nv in seen.items():
+        ours = table[name]
+        most = profiles.max_instances(ours)
+        if nv.placements != ours.placements():
+            problems.append(f"{name} placements {list(nv.placements)}, the tables "
+                            f"{list(ours.placements())}")
+        elif nv.max_count != most:
+            problems.append(f"{name} holds {nv.max_count} instances, the tables {most}")
+    return "; ".join(problems)
