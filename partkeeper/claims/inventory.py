@@ -37,8 +37,8 @@ def classify(doc: CardClaims, instances: list[Instance]) -> Inventory:
     A claim with a recorded identity owns the instance with that UUID and GI id, or the GPU
     instance of its GI id, profile and start left without a compute instance by an interrupted
     destroy (`same_partition`), so that the destroy is finished, never the slot lost. A claim
-    without one (creating, or released mid-create) is matched to an instance exactly at its spec, which is
-    what a create interrupted by a crash leaves behind. Every other instance is foreign.
+    without one (creating, or released mid-create) is matched to an instance exactly at its spec,
+    which is what a create interrupted by a crash leaves behind. Every other instance is foreign.
     """
     inv = Inventory()
     used: set[tuple[str, int]] = set()
