@@ -29,14 +29,17 @@ class Displaced(Exception):
 
 async def adopt(ctx: Context, claim: Claim) -> Instance | None:
     """An instance exactly at the claim's spec that no claim records: what a crash between create
-    and activate leaves behind. Raises Refusal when the card cannot be enumerated."""
+    and activate leaves behind. A GPU instance without compute instance (the crash came inside
+    the create) is not adopted: it has no UUID to hand out, and the retried create completes it.
+    Raises Refusal when the card cannot be enumerated."""
     try:
         doc, _ = await ctx.store.read(claim.card)
         instances = await ctx.hardware(ctx.driver.instances, claim.card)
     except Exception as exc:
         raise Refusal(Result.UNAVAILABLE, f"cannot finish claim {claim.id} of {_who(claim)}: "
                       f"reading card {claim.card} failed ({exc}); kubelet may retry") from exc
-    return inventory.classify(doc, instances).unrecorded.get(claim.id)
+    found = inventory.classify(doc, instances).unrecorded.get(claim.id)
+    return found if found is not None and found.complete else None
 
 
 async def create(ctx: Context, claim: Claim) -> Instance:
