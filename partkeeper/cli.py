@@ -1,4 +1,5 @@
-"""The `partkeeper` command: run a service, the embedded stack, status, and the simulated driver."""
+"""The `partkeeper` command: run a service, the embedded stack, status, the simulated driver, and
+the read-only probe of the node's driver."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from partkeeper.drivers import sim_cli
+    from partkeeper.drivers import probe, sim_cli
 
     parser = argparse.ArgumentParser(
         prog="partkeeper",
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from partkeeper.sim import cluster
 
     cluster.register(sim_cli.register(sub))
+    probe.register(sub)
     return parser
 
 

@@ -50,8 +50,10 @@ class _Gi:
 
 def _load() -> ModuleType:
     """nvidia-ml-py, initialised; LibraryMissing (a StartupError, one sentence) if it cannot be."""
-    import pynvml  # here, not at the top: see the module docstring
-
+    try:
+        import pynvml  # here, not at the top: see the module docstring
+    except ImportError as exc:
+        raise LibraryMissing(f"nvidia-ml-py cannot be imported ({exc})") from exc
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -100,7 +102,7 @@ class NvmlDriver:
             kind = PlacementError
         return kind(op, card, instance, f"{what}: {exc}")
 
-    def _device(self, op: str, card: int) -> Any:
+    def device(self, op: str, card: int) -> Any:
         what = "getting the device handle"
         return self._read(op, card, what, self._nv.nvmlDeviceGetHandleByIndex, card)
 
@@ -166,7 +168,7 @@ class NvmlDriver:
 
     def _card(self, index: int) -> Card:
         nv, op = self._nv, "list"
-        dev = self._device(op, index)
+        dev = self.device(op, index)
         name = self._read(op, index, "reading the name", nv.nvmlDeviceGetName, dev)
         uuid = self._read(op, index, "reading the UUID", nv.nvmlDeviceGetUUID, dev)
         memory = self._read(op, index, "reading the memory", nv.nvmlDeviceGetMemoryInfo, dev)
@@ -180,7 +182,7 @@ class NvmlDriver:
         return Card(index, uuid, info.model or name, "partition", memory_mib, minor, info.problem)
 
     def instances(self, card: int) -> list[Instance]:
-        dev = self._device("list", card)
+        dev = self.device("list", card)
         if not self._mig_enabled("list", card, dev):
             return []
         gis = self._gpu_instances("list", card, dev)
@@ -231,7 +233,7 @@ class NvmlDriver:
     def processes(self, op: str, card: int, gi_id: int) -> int:
         """How many processes run on the MIG devices of GPU instance `gi_id`."""
         nv = self._nv
-        devices = self._mig_devices(op, card, self._device(op, card)).get(gi_id, [])
+        devices = self._mig_devices(op, card, self.device(op, card)).get(gi_id, [])
         what = "listing the processes"
         return sum(
             len(self._read(op, card, what, nv.nvmlDeviceGetComputeRunningProcesses, mig))
@@ -244,7 +246,7 @@ class NvmlDriver:
         """Create a partition at `spec`. A GPU instance without compute instance exactly at
         `spec` (a create interrupted between its two steps) is completed instead."""
         op, card = "create", spec.card
-        dev = self._device(op, card)
+        dev = self.device(op, card)
         if not self._mig_enabled(op, card, dev):
             raise PlacementError(op, card, None, "MIG mode is not enabled on the card")
         gi_profile, ours = self._legal(spec, dev)
@@ -326,7 +328,7 @@ class NvmlDriver:
     def destroy(self, expected: Instance) -> None:
         nv, op, card = self._nv, "destroy", expected.card
         name = expected.uuid or f"GI {expected.gi_id}"
-        dev = self._device(op, card)
+        dev = self.device(op, card)
         try:
             handle = nv.nvmlDeviceGetGpuInstanceById(dev, expected.gi_id)
         except nv.NVMLError as exc:
@@ -358,7 +360,7 @@ class NvmlDriver:
 
     def is_busy(self, instance: Instance) -> bool:
         op, card = "busy", instance.card
-        devices = self._mig_devices(op, card, self._device(op, card)).get(instance.gi_id, [])
+        devices = self._mig_devices(op, card, self.device(op, card)).get(instance.gi_id, [])
         if instance.uuid and all(uuid != instance.uuid for _, uuid, _ in devices):
             cause = f"no MIG device of GPU instance {instance.gi_id} has this UUID"
             raise NotFoundError(op, card, instance.uuid, cause)

@@ -1,0 +1,141 @@
+"""`partkeeper probe [--json]`: the node's driver as partkeeper sees it, for operators.
+
+Read-only: it lists cards, MIG mode (current and pending), the profiles with the library's ids and
+legal placements, the existing instances with UUIDs and process counts, and whether each card
+agrees with the built-in tables. It never creates, destroys or changes a mode. When the library
+cannot be loaded or a read fails it prints one sentence and exits non-zero, never a traceback.
+
+It lives with the drivers because only the driver modules touch the vendor library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from partkeeper.config import ConfigError, load
+from partkeeper.drivers import DriverError, open_driver, profiles
+from partkeeper.drivers.base import Card, Driver, LibraryMissing
+
+EXIT_NO_LIBRARY = 2
+EXIT_READ_FAILED = 1
+
+
+def _tables(model: str) -> dict[str, profiles.Profile]:
+    found = profiles.MODELS.get(model)
+    return found.profiles if found else {}
+
+
+def _instances(driver: Driver, card: Card) -> list[dict[str, Any]]:
+    found = []
+    for inst in driver.instances(card.index):
+        processes = _processes(driver, card.index, inst.gi_id) if inst.complete else 0
+        if processes is None:
+            processes = int(driver.is_busy(inst))  # drivers that only say busy or not
+        found.append({"uuid": inst.uuid, "profile": inst.profile, "start": inst.start,
+                      "size": inst.size, "gi_id": inst.gi_id, "ci_id": inst.ci_id,
+                      "complete": inst.complete, "processes": processes})
+    return found
+
+
+def _processes(driver: Driver, card: int, gi_id: int) -> int | None:
+    count = getattr(driver, "processes", None)
+    return None if count is None else int(count("probe", card, gi_id))
+
+
+def _nvml_view(driver: Any, card: Card) -> dict[str, Any]:
+    dev = driver.device("probe", card.index)
+    modes = driver.mig_modes("probe", card.index, dev)
+    view: dict[str, Any] = {
+        "mig": None if modes is None else {"current": modes[0], "pending": modes[1]},
+        "profiles": [],
+    }
+    if modes is None or not modes[0]:
+        return view
+    info = driver.card_info("probe", card.index, dev)
+    view["nvml_name"] = info.nvml_name
+    for p in info.gi_profiles:
+        ours = p.ours.placements() if p.ours else None
+        view["profiles"].append({
+            "name": p.name, "nvml_id": p.nvml_id, "nvml_profile": p.nvml_const,
+            "instances": p.max_count, "placements": [list(x) for x in p.placements],
+            "table_placements": None if ours is None else [list(x) for x in ours],
+            "matches": None if ours is None else tuple(p.placements) == ours,
+        })
+    return view
+
+
+def _table_profile(p: profiles.Profile) -> dict[str, Any]:
+    spots = [list(x) for x in p.placements()]
+    return {"name": p.name, "nvml_id": None, "nvml_profile": None,
+            "instances": profiles.max_instances(p), "placements": spots,
+            "table_placements": spots, "matches": True}
+
+
+def _table_view(card: Card) -> dict[str, Any]:
+    partition = card.mode == "partition"
+    shapes = _tables(card.model).values() if partition else ()
+    return {
+        "mig": {"current": partition, "pending": partition},
+        "profiles": [_table_profile(p) for p in shapes],
+    }
+
+
+def gather(driver: Driver) -> dict[str, Any]:
+    """Everything probe shows, read from `driver`. Raises DriverError on any failed read."""
+    cards = []
+    for card in driver.cards():
+        view = _nvml_view(driver, card) if driver.name == "nvml" else _table_view(card)
+        known = card.model in profiles.MODELS
+        cards.append({
+            "index": card.index, "uuid": card.uuid, "model": card.model, "mode": card.mode,
+            "memory_mib": card.memory_mib, "minor": card.minor, **view,
+            "matches_tables": known and not card.problem, "problem": card.problem or (
+                "" if known or card.mode == "sliced" else "model not in the built-in tables"),
+            "instances": _instances(driver, card),
+        })
+    return {"driver": driver.name, "cards": cards}
+
+
+def render(view: dict[str, Any]) -> None:
+    print(f"driver {view['driver']}: {len(view['cards'])} card(s)")
+    for card in view["cards"]:
+        mig = card["mig"]
+        mode = "no MIG" if mig is None else f"MIG current {'on' if mig['current'] else 'off'}, " \
+            f"pending {'on' if mig['pending'] else 'off'}"
+        agrees = "matches the tables" if card["matches_tables"] else f"REFUSED: {card['problem']}"
+        print(f"card {card['index']} {card['model']} {card['uuid']} ({mode}; {agrees})")
+        for p in card["profiles"]:
+            starts = ",".join(str(s) for s, _ in p["placements"])
+            ident = "" if p["nvml_id"] is None else f" nvml id {p['nvml_id']}"
+            print(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
+        for i in card["instances"]:
+            uuid = i["uuid"] or "(no compute instance)"
+            print(f"  instance GI {i['gi_id']} {i['profile']} at {i['start']}+{i['size']}: "
+                  f"{uuid}, {i['processes']} process(es)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        config = load()
+        driver = open_driver(config)
+        view = gather(driver)
+    except LibraryMissing as exc:
+        print(f"partkeeper probe: {exc}", file=sys.stderr)
+        return EXIT_NO_LIBRARY
+    except (ConfigError, DriverError) as exc:
+        print(f"partkeeper probe: {exc}", file=sys.stderr)
+        return EXIT_READ_FAILED
+    if args.json:
+        print(json.dumps(view, indent=2))
+    else:
+        render(view)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    probe = sub.add_parser("probe", help="read-only view of the node's driver and its cards")
+    probe.add_argument("--json", action="store_true", help="machine-readable output")
+    probe.set_defaults(func=main)
