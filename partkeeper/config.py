@@ -43,6 +43,10 @@ class Config:
     slices_per_card: int = 4
     resource_prefix: str = "nvidia.com/mig-"
     sliced_resource: str = "nvidia.com/gpu.sliced"
+    device_list_strategy: Literal["envvar", "cdi"] = "envvar"
+    cdi_dir: Path = Path("/var/run/cdi")
+    driver_root: Path = Path("/")  # where the driver's /dev lives on the host (device specs)
+    proc_root: Path = Path("/proc")  # where the driver's /proc/driver/nvidia is read
 
     def metrics_port_for(self, service: str) -> int:
         if self.metrics_port is not None:
@@ -122,4 +126,10 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         slices_per_card=_integer(env, "PK_SLICES_PER_CARD", 4, minimum=1) or 4,
         resource_prefix=env.get("PK_RESOURCE_PREFIX") or "nvidia.com/mig-",
         sliced_resource=env.get("PK_SLICED_RESOURCE") or "nvidia.com/gpu.sliced",
+        device_list_strategy=_choice(  # type: ignore[arg-type]
+            env, "PK_DEVICE_LIST_STRATEGY", "envvar", ("envvar", "cdi")
+        ),
+        cdi_dir=Path(env.get("PK_CDI_DIR") or "/var/run/cdi"),
+        driver_root=Path(env.get("PK_DRIVER_ROOT") or "/"),
+        proc_root=Path(env.get("PK_PROC_ROOT") or "/proc"),
     )

@@ -28,6 +28,7 @@ from schemas import Claim, encode
 from services.allocator import (
     blockers,
     events,
+    handoff,
     partitions,
     podmatch,
     reply,
@@ -319,7 +320,8 @@ class Allocator:
             response = reply.slice_response(claims, config, self.ctx.config.pods_dir)
         else:
             await self._write_descriptors(claims)
-            response = reply.partition_response(claims)
+            nodes, cdi_names = await handoff.prepare(self.ctx, claims)
+            response = reply.partition_response(claims, nodes, cdi_names)
         await faults.reach("allocator.after_active")
         return response
 

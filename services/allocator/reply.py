@@ -1,7 +1,9 @@
 """What a container gets: the Allocate response and the partition descriptor (pure builders).
 
 Partitions: `NVIDIA_VISIBLE_DEVICES` is the MIG device UUID(s) exactly as the driver reported
-them, comma separated in token order, plus `PK_*` variables describing the partition(s). Slices:
+them, comma separated in token order, plus `PK_*` variables describing the partition(s), the
+device specs of the nvml driver's partitions and, with the CDI strategy, their CDI device names
+(see handoff.py). Slices:
 the card UUID(s), the limits, and mounts of the limiter file (read-only) and the cache dir.
 """
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from partkeeper.devices import DeviceNode
 from partkeeper.drivers import Card
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.workdir import sliced_dir
@@ -59,7 +62,9 @@ def in_token_order(claims: Sequence[Claim], tokens: Sequence[str]) -> list[Claim
                                             default=len(rank)))
 
 
-def partition_response(claims: Sequence[Claim]) -> pb.ContainerAllocateResponse:
+def partition_response(
+    claims: Sequence[Claim], nodes: Sequence[DeviceNode] = (), cdi_names: Sequence[str] = ()
+) -> pb.ContainerAllocateResponse:
     uuids = [c.instance.uuid for c in claims if c.instance is not None]
     if len(uuids) != len(claims):
         raise ValueError("every claim must be active with an instance before replying")
@@ -74,7 +79,13 @@ def partition_response(claims: Sequence[Claim]) -> pb.ContainerAllocateResponse:
         "PK_CLAIM_IDS": ",".join(c.id for c in claims),
         "PK_POD_UID": first.pod_uid,
     }
-    return pb.ContainerAllocateResponse(envs=envs)
+    devices = [
+        pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path,
+                      permissions=n.permissions)
+        for n in nodes
+    ]
+    cdi_devices = [pb.CDIDevice(name=name) for name in cdi_names]
+    return pb.ContainerAllocateResponse(envs=envs, devices=devices, cdi_devices=cdi_devices)
 
 
 def slice_response(

@@ -26,7 +26,7 @@ from services.reclaimer.decide import Decision, Step, decide, sighting
 from services.reclaimer.pods import Evidence
 from services.reclaimer.spans import failed, step
 from services.reclaimer.tuning import retry_delay
-from services.reclaimer.workdir import drop_descriptor
+from services.reclaimer.workdir import drop_cdi_spec, drop_descriptor
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +178,8 @@ async def _removal(ctx: Context, claim: Claim) -> Result:
     if claim.kind == "partition" and claim.instance is not None:
         # Before the claim goes: while the claim exists, a crash here is finished on restart.
         await drop_descriptor(ctx.config.pods_dir, claim, claim.instance.uuid)
+    if claim.kind == "partition":
+        await drop_cdi_spec(ctx.config.cdi_dir, claim)
     removed = False
 
     def mutate(doc: CardClaims) -> CardClaims:

@@ -1,0 +1,97 @@
+"""CDI specs of created partitions (Container Device Interface, cdiVersion 0.6.0).
+
+With `PK_DEVICE_LIST_STRATEGY=cdi` the allocator writes one spec per partition into `PK_CDI_DIR`
+under the kind `partkeeper.io/partition`, the device named by its claim id (unique for the life of
+the claim, unlike a MIG UUID, which a successor at the same slot reproduces), and returns the
+qualified name in the Allocate response's `cdi_devices`. The spec's container edits carry
+`NVIDIA_VISIBLE_DEVICES=<MIG uuid as the driver reports it>` and the device nodes. The reclaimer
+removes the spec once the destroy is confirmed, before the claim goes.
+
+Pure builders plus two file operations (an atomic write, a removal); nothing else here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from partkeeper.devices import DeviceNode
+
+CDI_VERSION = "0.6.0"
+VENDOR = "partkeeper.io"
+CLASS = "partition"
+KIND = f"{VENDOR}/{CLASS}"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+
+
+class CdiError(Exception):
+    """A spec could not be written or removed; the message names the file and the cause."""
+
+
+def qualified(claim_id: str) -> str:
+    return f"{KIND}={claim_id}"
+
+
+def spec_path(cdi_dir: Path, claim_id: str) -> Path:
+    if not _NAME.match(claim_id):
+        raise CdiError(f"claim id {claim_id!r} is not a valid CDI device name")
+    return cdi_dir / f"{VENDOR}-{CLASS}_{claim_id}.json"
+
+
+def spec_for(
+    claim_id: str, mig_uuid: str, nodes: Sequence[DeviceNode], env: dict[str, str]
+) -> dict[str, Any]:
+    """The CDI spec of one partition (deterministic: the same inputs give the same bytes)."""
+    extra = [f"{k}={v}" for k, v in sorted(env.items())]
+    edits = {
+        "env": [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}", *extra],
+        "deviceNodes": [
+            {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
+            for n in nodes
+        ],
+    }
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "annotations": {f"{VENDOR}/mig-uuid": mig_uuid},
+        "devices": [{"name": claim_id, "containerEdits": edits}],
+    }
+
+
+def write_spec(cdi_dir: Path, claim_id: str, spec: dict[str, Any]) -> Path:
+    """Write the spec atomically (a reader sees the old file or the new one, never half)."""
+    path = spec_path(cdi_dir, claim_id)
+    body = json.dumps(spec, indent=2, sort_keys=True).encode()
+    try:
+        cdi_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cdi_dir, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(body)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)  # the container runtime reads it
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise CdiError(f"cannot write CDI spec {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def remove_spec(cdi_dir: Path, claim_id: str) -> bool:
+    """Remove the claim's spec; False when there was none. Raises CdiError."""
+    path = spec_path(cdi_dir, claim_id)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise CdiError(f"cannot remove CDI spec {path}: {exc.strerror or exc}") from exc
+    return True

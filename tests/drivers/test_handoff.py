@@ -1,0 +1,125 @@
+"""Device handoff as NVIDIA's device plugin does it, against the fake NVML's proc tree and a fake
+dev tree: device specs for the card and the MIG capability nodes, and CDI specs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakes.nvml import FakeNvml
+
+from partkeeper import cdi
+from partkeeper.claims import ClaimsStore, machine
+from partkeeper.config import Config
+from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
+from partkeeper.drivers.base import Instance, InstanceSpec
+from partkeeper.drivers.nvml import NvmlDriver
+from schemas import Claim, LiveInstance
+from services.allocator import handoff, reply
+from services.allocator.context import Context
+from tests_support import make_claim
+
+
+def _minor(path: Path) -> int:
+    return int(path.read_text().split("DeviceFileMinor:")[1].split()[0])
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> Roots:
+    dev = tmp_path / "driver" / "dev"
+    dev.mkdir(parents=True)
+    (dev / "nvidiactl").touch()
+    (dev / "nvidia-uvm").touch()  # no uvm-tools, no modeset: they are left out
+    return Roots(driver_root=tmp_path / "driver", proc_root=tmp_path / "proc")
+
+
+def test_nodes_name_the_card_and_the_capabilities_the_driver_published(
+    no_complaints: FakeNvml, roots: Roots
+) -> None:
+    driver = NvmlDriver()
+    driver.create(InstanceSpec(1, "1g.5gb", 0))  # GI 1 on card 1
+    inst = driver.create(InstanceSpec(1, "3g.20gb", 4))
+    card = driver.cards()[1]
+    assert card.minor == 1
+    caps = roots.proc_root / "driver/nvidia/capabilities/gpu1/mig" / f"gi{inst.gi_id}"
+    gi_minor, ci_minor = _minor(caps / "access"), _minor(caps / f"ci{inst.ci_id}" / "access")
+    nodes = partition_nodes(roots, card.minor, inst.gi_id, inst.ci_id)
+    host = roots.driver_root
+    assert nodes == [
+        DeviceNode("/dev/nvidiactl", str(host / "dev/nvidiactl")),
+        DeviceNode("/dev/nvidia-uvm", str(host / "dev/nvidia-uvm")),
+        DeviceNode("/dev/nvidia1", str(host / "dev/nvidia1")),
+        DeviceNode(f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
+                   str(host / f"dev/nvidia-caps/nvidia-cap{gi_minor}")),
+        DeviceNode(f"/dev/nvidia-caps/nvidia-cap{ci_minor}",
+                   str(host / f"dev/nvidia-caps/nvidia-cap{ci_minor}")),
+    ]
+    driver.destroy(inst)
+    with pytest.raises(DeviceNodeError, match=f"gi{inst.gi_id}/access"):
+        partition_nodes(roots, card.minor, inst.gi_id, inst.ci_id)  # gone with the instance
+
+
+def test_a_capability_file_without_a_minor_is_an_error(tmp_path: Path) -> None:
+    roots = Roots(tmp_path, tmp_path / "proc")
+    access = tmp_path / "proc/driver/nvidia/capabilities/gpu0/mig/gi3/access"
+    access.parent.mkdir(parents=True)
+    access.write_text("DeviceFileMode: 292\n")
+    with pytest.raises(DeviceNodeError, match="names no DeviceFileMinor"):
+        partition_nodes(roots, 0, 3, 0)
+
+
+def test_the_cdi_spec_is_version_0_6_with_the_uuid_and_the_nodes(tmp_path: Path) -> None:
+    nodes = [DeviceNode("/dev/nvidia0", "/host/dev/nvidia0")]
+    spec = cdi.spec_for("c0ffee01", "MIG-1234", nodes, {"PK_POD_UID": "u"})
+    path = cdi.write_spec(tmp_path / "cdi", "c0ffee01", spec)
+    written = json.loads(path.read_text())
+    assert tuple(int(x) for x in written["cdiVersion"].split(".")) >= (0, 6, 0)
+    assert written["kind"] == "partkeeper.io/partition"
+    [device] = written["devices"]
+    assert device["name"] == "c0ffee01"
+    assert device["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=MIG-1234", "PK_POD_UID=u"]
+    assert device["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia0", "hostPath": "/host/dev/nvidia0", "permissions": "rw"}
+    ]
+    assert cdi.qualified("c0ffee01") == "partkeeper.io/partition=c0ffee01"
+    assert cdi.remove_spec(tmp_path / "cdi", "c0ffee01") is True
+    assert cdi.remove_spec(tmp_path / "cdi", "c0ffee01") is False
+    with pytest.raises(cdi.CdiError):
+        cdi.spec_path(tmp_path, "../escape")
+
+
+def _active(inst: Instance, cid: str) -> Claim:
+    claim = make_claim(cid, inst.start, inst.size, card=inst.card, state="active")
+    live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
+    return machine.msgspec.structs.replace(claim, profile=inst.profile, instance=live)
+
+
+@pytest.mark.parametrize("strategy", ["envvar", "cdi"])
+async def test_allocate_response_carries_device_specs_and_cdi_devices(
+    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str, strategy: str
+) -> None:
+    driver = NvmlDriver()
+    insts = [driver.create(InstanceSpec(0, "1g.10gb", s)) for s in (0, 1)]
+    claims = [_active(i, f"c{n}") for n, i in enumerate(insts)]
+    config = Config(node=node, driver="nvml", device_list_strategy=strategy,  # type: ignore[arg-type]
+                    cdi_dir=tmp_path / "cdi", driver_root=roots.driver_root,
+                    proc_root=roots.proc_root)
+    store = ClaimsStore(await js.key_value("pk-claims"), node)
+    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]
+                  {}, None, None, None)  # type: ignore[arg-type]
+    nodes, names = await handoff.prepare(ctx, claims)
+    response = reply.partition_response(claims, nodes, names)
+    paths = [d.container_path for d in response.devices]
+    assert paths.count("/dev/nvidia0") == 1 and len(paths) == 2 + 1 + 4  # ctl, uvm, card, 4 caps
+    assert all(d.permissions == "rw" for d in response.devices)
+    assert response.envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(i.uuid for i in insts)
+    if strategy == "envvar":
+        assert list(response.cdi_devices) == [] and not (tmp_path / "cdi").exists()
+        return
+    assert [d.name for d in response.cdi_devices] == [cdi.qualified("c0"), cdi.qualified("c1")]
+    for claim, inst in zip(claims, insts, strict=True):
+        spec = json.loads(cdi.spec_path(config.cdi_dir, claim.id).read_text())
+        edits = spec["devices"][0]["containerEdits"]
+        assert f"NVIDIA_VISIBLE_DEVICES={inst.uuid}" in edits["env"]
+        assert len(edits["deviceNodes"]) == 5
