@@ -61,6 +61,9 @@ def test_probe_reports_a_card_that_disagrees_with_the_tables(fake_nvml: FakeNvml
 
 
 def test_probe_without_a_library_is_one_sentence_and_a_non_zero_exit(tmp_path: Path) -> None:
+    # An empty file first on the search path ends the loader's search with an error, so this
+    # holds on a machine with a real libnvidia-ml.so.1 too.
+    (tmp_path / "libnvidia-ml.so.1").write_bytes(b"")
     env = {"PK_DRIVER": "nvml", "LD_LIBRARY_PATH": str(tmp_path), "FAKE_NVML_STATE": ""}
     for args in ((), ("--json",)):
         result = probe(env, *args)

@@ -104,6 +104,14 @@ class FakeLibrary:
         self.state = state
         self.lib = ctypes.CDLL(str(library))
 
+    def ensure_resolves(self) -> None:
+        """Fail unless a `dlopen("<soname>")` in this process now yields this fake: a real vendor
+        library loaded earlier would otherwise be driven by the tests (real hardware)."""
+        found = ctypes.CDLL(self.library.name)
+        if found._handle != self.lib._handle:
+            raise RuntimeError(f"another {self.library.name} is already loaded in this process; "
+                               "refusing to run the fake's tests against it")
+
     def env(self) -> dict[str, str]:
         """What a child process needs to load this fake on this state."""
         return {self.state_env: str(self.state), "LD_LIBRARY_PATH": str(self.library.parent)}

@@ -1,4 +1,5 @@
-"""The fake NVML: `fake_nvml.c` built against nvidia-nvml-dev's nvml.h, and its controls.
+"""The fake NVML: `fake_nvml.c` and `fake_nvml_mig.c` built against nvidia-nvml-dev's nvml.h,
+and its controls.
 
 `build(out_dir)` compiles `libnvidia-ml.so.1`; `FakeNvml.create(library, state, ...)` writes a new
 card state. Tests drive the library through the real nvidia-ml-py (the code under test) and use
@@ -18,7 +19,8 @@ from tests_support.clib import (
     vendor_include_dir,
 )
 
-SOURCE = Path(__file__).with_name("fake_nvml.c")
+HERE = Path(__file__).parent
+SOURCES = (HERE / "fake_nvml.c", HERE / "fake_nvml_mig.c")
 SONAME = "libnvidia-ml.so.1"
 
 # nvml.h return codes the tests inject (nvmlReturn_t).
@@ -36,7 +38,7 @@ ERROR_UNKNOWN = 999
 def build(out_dir: Path) -> Path:
     include = vendor_include_dir("nvidia-nvml-dev", "nvml.h")
     return build_shared_library(
-        SONAME, [SOURCE, *COMMON_SOURCES], out_dir, include_dirs=[include, COMMON_INCLUDE]
+        SONAME, [*SOURCES, *COMMON_SOURCES], out_dir, include_dirs=[include, HERE, COMMON_INCLUDE]
     )
 
 
@@ -48,6 +50,7 @@ class FakeNvml(FakeLibrary):
         """A new state with no cards; with `proc_root`, MIG capability files are published
         under `<proc_root>/driver/nvidia/capabilities` as the kernel driver does."""
         fake = cls(library, state)
+        fake.ensure_resolves()
         root = str(proc_root).encode() if proc_root else None
         fake.check(fake.lib.fake_nvml_new(bytes(state), root), "creating the state")
         return fake

@@ -1,0 +1,98 @@
+/*
+ * Internal to the fake NVML (fake_nvml.c, fake_nvml_mig.c): the state file's layout, the handles
+ * handed to callers, and the per-call helpers. See fake_nvml.c for what the fake models.
+ */
+#ifndef FAKE_NVML_H
+#define FAKE_NVML_H
+
+#include <nvml.h>
+#include <stddef.h>
+
+#include "fakestate.h"
+
+#define MAGIC 0x4e564d4cu /* "NVML" */
+#define MAX_GPUS 8
+#define MAX_PROFILES 8
+#define MAX_GI 8 /* GI ids 1..7 */
+#define MAX_CI 8
+#define MAX_MIG 7
+#define SLICES 8
+
+typedef struct {
+    unsigned cnst, id, slices, count, size, starts; /* starts: bit s set = start s legal */
+    unsigned long long memory_mb;
+    char name[32];
+} gi_profile;
+
+typedef struct {
+    unsigned used, cnst, mig_index, processes;
+} ci_state;
+
+typedef struct {
+    unsigned used, profile_id, start, size;
+    ci_state ci[MAX_CI];
+} gi_state;
+
+typedef struct {
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    unsigned long long memory_mib;
+    unsigned mig_capable, mig_current, mig_pending, minor, nprofiles;
+    gi_profile profiles[MAX_PROFILES];
+    gi_state gi[MAX_GI];
+} gpu_state;
+
+typedef struct {
+    fake_header h;
+    char proc_root[256];
+    unsigned ngpus;
+    gpu_state gpu[MAX_GPUS];
+} nvml_state;
+
+typedef struct {
+    const char *key, *name;
+    unsigned long long memory_mib;
+    unsigned mig;
+    gi_profile p[MAX_PROFILES];
+} model_def;
+
+/* Handles are pointers into tables of the calling process, checked by their magic. */
+#define HANDLE_MAGIC 0x48444c45u
+#define HANDLE_MAGIC 0x48444c45u
+struct nvmlDevice_st { unsigned magic; int gpu, gi, ci; }; /* gi < 0: the whole card */
+struct nvmlGpuInstance_st { unsigned magic; int gpu, gi; };
+struct nvmlComputeInstance_st { unsigned magic; int gpu, gi, ci; };
+
+/* One call: the state locked and read, the call counted, an injected failure answered. */
+typedef struct {
+    fake_session s;
+    nvml_state *st;
+} call;
+
+#define BEGIN(c)                                       \
+    call c;                                            \
+    do {                                               \
+        nvmlReturn_t _rc = fk_begin(&c, __func__);        \
+        if (_rc != NVML_SUCCESS) return _rc;           \
+    } while (0)
+#define OUT(c, p) \
+    do { if ((p) == NULL || !fake_readable((p), sizeof *(p))) return fk_reject(&c, __func__, "output pointer " #p " is not a valid pointer"); } while (0)
+
+/* Shared by the two halves, never exported: the library's symbols are NVML's and the controls. */
+#pragma GCC visibility push(hidden)
+nvmlReturn_t fk_begin(call *c, const char *fn);
+nvmlReturn_t fk_end(call *c, nvmlReturn_t rc); /* writes the state back and unlocks */
+nvmlReturn_t fk_reject(call *c, const char *fn, const char *what); /* INVALID_ARGUMENT + complaint */
+nvmlDevice_t fk_device_handle(int g);
+nvmlDevice_t fk_mig_handle(int g, int gi, int ci);
+nvmlGpuInstance_t fk_gi_handle(int g, int gi);
+nvmlComputeInstance_t fk_ci_handle(int g, int gi, int ci);
+gpu_state *fk_card(call *c, nvmlDevice_t d, int whole); /* NULL: not a (whole-card) handle */
+gi_state *fk_gpu_instance(call *c, nvmlGpuInstance_t h); /* NULL: not a live GI */
+ci_state *fk_compute_instance(call *c, nvmlComputeInstance_t h); /* NULL: not a live CI */
+const gi_profile *fk_profile_by(gpu_state *g, int by_const, unsigned value);
+unsigned fk_ci_slices(unsigned cnst);
+void fk_mig_uuid(const gpu_state *g, unsigned gi, unsigned ci, unsigned start, char *out, size_t n);
+void fk_publish_cap(const nvml_state *st, const gpu_state *g, unsigned gi, int ci, int on);
+#pragma GCC visibility pop
+
+#endif
