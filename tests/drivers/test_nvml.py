@@ -102,6 +102,20 @@ def test_a_versioned_struct_without_its_version_is_refused(fake_nvml: FakeNvml) 
     assert "version" in fake_nvml.complaints()[1]
 
 
+def test_unversioned_and_versioned_profile_calls_agree(no_complaints: FakeNvml) -> None:
+    NvmlDriver()
+    dev = pynvml.nvmlDeviceGetHandleByIndex(H100)
+    const = pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE
+    v1 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(dev, const, version=1)
+    v2 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(dev, const)
+    assert (v1.id, v1.sliceCount, v1.instanceCount) == (v2.id, v2.sliceCount, v2.instanceCount)
+    carve(H100, const, 4, with_ci=False)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(dev, 1)
+    c1 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0, version=1)
+    c2 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0)
+    assert (c1.id, c1.sliceCount, c1.instanceCount) == (c2.id, c2.sliceCount, 1)
+
+
 def test_separate_processes_share_one_card_through_the_normal_library_lookup(
     fake_nvml: FakeNvml,
 ) -> None:

@@ -211,15 +211,35 @@ nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
 
 /* -- compute instances --------------------------------------------------------------------- */
 
+/* The CI profile `profile` of a GI: its slice count and how many fit, or an NVML error. */
+static nvmlReturn_t ci_profile(call *c, nvmlGpuInstance_t gpuInstance, unsigned profile,
+                               unsigned engProfile, unsigned *slices, const gi_profile **p) {
+    gi_state *gi = fk_gpu_instance(c, gpuInstance);
+    if (gi == NULL) return fk_reject(c, "ci profile", "not a live GPU instance handle");
+    *p = fk_profile_by(&c->st->gpu[gpuInstance->gpu], 0, gi->profile_id);
+    *slices = fk_ci_slices(profile);
+    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
+        engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        return fk_end(c, NVML_ERROR_INVALID_ARGUMENT);
+    if (*slices == 0 || *p == NULL || *slices > (*p)->slices) return fk_end(c, NVML_ERROR_NOT_SUPPORTED);
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
                                                           unsigned int engProfile,
                                                           nvmlComputeInstanceProfileInfo_t *info) {
     BEGIN(c);
-    (void)profile;
-    (void)engProfile;
-    (void)info;
-    (void)gpuInstance;
-    return fk_reject(&c, __func__, "partkeeper's NVML only answers the versioned call");
+    OUT(c, info);
+    unsigned slices;
+    const gi_profile *p;
+    nvmlReturn_t rc = ci_profile(&c, gpuInstance, profile, engProfile, &slices, &p);
+    if (rc != NVML_SUCCESS) return rc;
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = slices;
+    info->instanceCount = p->slices / slices;
+    info->multiprocessorCount = slices * 16;
+    return fk_end(&c, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile,
@@ -232,13 +252,10 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpu
                       __func__, info->version);
         return fk_end(&c, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     }
-    gi_state *gi = fk_gpu_instance(&c, gpuInstance);
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle");
-    const gi_profile *p = fk_profile_by(&c.st->gpu[gpuInstance->gpu], 0, gi->profile_id);
-    unsigned slices = fk_ci_slices(profile);
-    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT || engProfile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-        return fk_end(&c, NVML_ERROR_INVALID_ARGUMENT);
-    if (slices == 0 || p == NULL || slices > p->slices) return fk_end(&c, NVML_ERROR_NOT_SUPPORTED);
+    unsigned slices;
+    const gi_profile *p;
+    nvmlReturn_t rc = ci_profile(&c, gpuInstance, profile, engProfile, &slices, &p);
+    if (rc != NVML_SUCCESS) return rc;
     memset((char *)info + sizeof info->version, 0, sizeof *info - sizeof info->version);
     info->id = profile;
     info->sliceCount = slices;
