@@ -1,5 +1,6 @@
 """Fixtures, one per real component: the nats-server with JetStream (one per session), the
-simulated API server and its kubeconfig, the watcher in-process; and the task-leak check."""
+simulated API server and its kubeconfig, the watcher in-process, the fake NVML library (built once:
+a process loads one libnvidia-ml.so.1); and the task-leak check."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def nats_server() -> Iterator[NatsServer]:
     yield server
     server.stop()
     shutil.rmtree(server.store_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libnvidia-ml.so.1 of tests/fakes/nvml; see FakeNvml.create for a card state."""
+    from fakes import nvml
+
+    return nvml.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """Fixtures for the driver tests: one harness per driver, so the contract suite runs on each.
 
 `nvml` runs the real nvidia-ml-py over the fake libnvidia-ml.so.1 (tests/fakes/nvml), built once
-per session against nvidia-nvml-dev's nvml.h. A driver added later adds a harness
-(driver_harness.py) and an entry in `HARNESSES`.
+per session against nvidia-nvml-dev's nvml.h (`nvml_library`, tests/conftest.py). A driver added
+later adds a harness (driver_harness.py) and an entry in `HARNESSES`.
 """
 
 from __future__ import annotations
@@ -11,17 +11,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fakes import nvml as fake_nvml_lib
 from fakes.nvml import FakeNvml
 
 from partkeeper.drivers.sim import SimDriver, init_state
 
 from .driver_harness import PARTITION_CARDS, SLICED_CARDS, Harness, NvmlHarness, SimHarness
-
-
-@pytest.fixture(scope="session")
-def nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fake_nvml_lib.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
 @pytest.fixture

@@ -1,0 +1,48 @@
+"""The real reclaimer over the nvml driver and the C NVML: a destroy that stops between the
+compute instance and the GPU instance is finished, and only then is the claim removed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from fakes import nvml as nv
+from fakes.nvml import FakeNvml
+from reclaimer.reclaimer_harness import MODEL, AuditLog, Hands, new_uid, until
+
+from partkeeper.claims import machine
+from partkeeper.drivers.base import InstanceSpec
+from partkeeper.drivers.nvml import NvmlDriver
+from schemas import DestroyFailed, LiveInstance
+
+
+@pytest.fixture
+def fake(nvml_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    fake = FakeNvml.create(nvml_library, tmp_path / "nvml.state")
+    fake.add_gpu(MODEL)
+    fake.add_gpu(MODEL)
+    monkeypatch.setenv(fake.state_env, str(fake.state))
+    return fake
+
+
+async def test_a_half_done_destroy_is_finished_before_the_claim_goes(
+    hands: Hands, audit: AuditLog, start_reclaimer, fake: FakeNvml
+) -> None:
+    driver = NvmlDriver()
+    uid = new_uid()
+    claim = await hands.begin(uid, start=2)
+    spec = InstanceSpec(claim.card, claim.profile, claim.start)
+    inst = await asyncio.to_thread(driver.create, spec)
+    live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
+    await hands.store.update(claim.card, lambda d: machine.activate(d, claim.id, live, time.time()))
+    fake.fail("nvmlGpuInstanceDestroy", nv.ERROR_UNKNOWN)  # the CI goes, then the GI refuses
+
+    await start_reclaimer(driver="nvml")
+    seq = await hands.gone(uid)
+    await until(lambda: hands.acked(seq), "the event is acknowledged once destroyed")
+    assert await hands.claim(claim) is None
+    assert await asyncio.to_thread(driver.instances, claim.card) == []  # no foreign remnant
+    assert fake.calls("nvmlGpuInstanceDestroy") == 2 and fake.complaints()[0] == 0
+    assert audit.of(DestroyFailed, claim_id=claim.id) == []  # one failure, below the threshold
