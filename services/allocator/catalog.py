@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from partkeeper.drivers import Card
-from partkeeper.drivers.profiles import max_instances, model
+from partkeeper.drivers.profiles import MODELS, max_instances
 from schemas.documents import ClaimKind
 
 Range = tuple[int, int]  # (start, size) in slices of a card
@@ -44,14 +44,16 @@ def offers(
     """Every resource the node offers, by name, in a stable order.
 
     Token count per profile: the sum over the partition-mode cards offering it of the most
-    instances of it an empty card holds; for slices, `slices_per_card` per sliced card.
+    instances of it an empty card holds; for slices, `slices_per_card` per sliced card. A
+    partition-mode card of a model the tables do not know (or that the driver refused, see
+    docs/drivers.md) offers nothing; its instances still count as occupied.
     """
     legal: dict[str, dict[int, tuple[Range, ...]]] = {}
     counts: dict[str, int] = {}
     for card in sorted(cards, key=lambda c: c.index):
-        if card.mode != "partition":
+        if card.mode != "partition" or card.model not in MODELS:
             continue
-        for name, profile in model(card.model).profiles.items():
+        for name, profile in MODELS[card.model].profiles.items():
             legal.setdefault(name, {})[card.index] = profile.placements()
             counts[name] = counts.get(name, 0) + max_instances(profile)
     found: dict[str, Offer] = {}

@@ -31,6 +31,7 @@ from partkeeper.drivers.nvml import NvmlDriver, model_for
 from partkeeper.drivers.nvml_tables import placements
 from partkeeper.drivers.sim import SimDriver
 from partkeeper.errors import StartupError
+from services.allocator import catalog
 
 H100, A100 = 0, 1
 
@@ -152,6 +153,16 @@ def test_a_card_whose_nvml_view_disagrees_is_refused_and_says_why(fake_nvml: Fak
         driver.create(InstanceSpec(H100, "1g.10gb", 0))
     carve(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 3)
     assert [i.start for i in driver.instances(H100)] == [3]  # still listed, still occupied
+
+
+def test_a_refused_card_offers_no_resource(fake_nvml: FakeNvml) -> None:
+    """What the allocator advertises from the driver's cards: nothing on the refused H100."""
+    fake_nvml.set_profile(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE, (0,), 2)
+    offers = catalog.offers(NvmlDriver().cards(), prefix="nvidia.com/mig-",
+                            sliced_resource="nvidia.com/gpu.sliced", slices_per_card=4)
+    assert "nvidia.com/mig-7g.80gb" not in offers and "nvidia.com/mig-3g.40gb" not in offers
+    assert offers["nvidia.com/mig-7g.40gb"].cards == (A100,)  # the agreeing cards still offer
+    assert offers["nvidia.com/gpu.sliced"].cards == (3,)
 
 
 # -- instances the driver did not make, or did not finish ----------------------------------------
