@@ -244,15 +244,13 @@ static nvmlReturn_t copy_string(call *c, const char *fn, const char *text, char 
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     BEGIN(c);
-    gpu_state *g = fk_card(&c, device, 0);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    ANY_DEVICE(c, g, device);
     return copy_string(&c, __func__, g->name, name, length);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     BEGIN(c);
-    gpu_state *g = fk_card(&c, device, 0);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    ANY_DEVICE(c, g, device);
     if (device->gi < 0) return copy_string(&c, __func__, g->uuid, uuid, length);
     gi_state *gi = &g->gi[device->gi];
     if (!gi->used || !gi->ci[device->ci].used) return fk_end(&c, NVML_ERROR_INVALID_ARGUMENT);
@@ -264,8 +262,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     BEGIN(c);
     OUT(c, memory);
-    gpu_state *g = fk_card(&c, device, 1);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    WHOLE_CARD(c, g, device);
     memory->total = g->memory_mib << 20;
     memory->used = 0;
     memory->free = memory->total;
@@ -275,8 +272,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) {
     BEGIN(c);
     OUT(c, minorNumber);
-    gpu_state *g = fk_card(&c, device, 1);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    WHOLE_CARD(c, g, device);
     *minorNumber = g->minor;
     return fk_end(&c, NVML_SUCCESS);
 }
@@ -285,8 +281,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     BEGIN(c);
     OUT(c, currentMode);
     OUT(c, pendingMode);
-    gpu_state *g = fk_card(&c, device, 1);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    WHOLE_CARD(c, g, device);
     if (!g->mig_capable) return fk_end(&c, NVML_ERROR_NOT_SUPPORTED);
     *currentMode = g->mig_current;
     *pendingMode = g->mig_pending;

@@ -76,6 +76,19 @@ typedef struct {
     } while (0)
 #define OUT(c, p) \
     do { if ((p) == NULL || !fake_readable((p), sizeof *(p))) return fk_reject(&c, __func__, "output pointer " #p " is not a valid pointer"); } while (0)
+/* The handle argument resolved to its state, or the call refused as NVML refuses a bad handle. */
+#define WHOLE_CARD(c, g, device)                    \
+    gpu_state *g = fk_card(&c, device, 1);          \
+    if (g == NULL) return fk_reject(&c, __func__, "not a device handle")
+#define ANY_DEVICE(c, g, device)                    \
+    gpu_state *g = fk_card(&c, device, 0);          \
+    if (g == NULL) return fk_reject(&c, __func__, "not a device handle")
+#define LIVE_GI(c, gi, handle)                      \
+    gi_state *gi = fk_gpu_instance(&c, handle);     \
+    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle")
+#define LIVE_CI(c, ci, handle)                      \
+    ci_state *ci = fk_compute_instance(&c, handle); \
+    if (ci == NULL) return fk_reject(&c, __func__, "not a live compute instance handle")
 
 /* Shared by the two halves, never exported: the library's symbols are NVML's and the controls. */
 #pragma GCC visibility push(hidden)

@@ -188,8 +188,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, 
 nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info) {
     BEGIN(c);
     OUT(c, info);
-    gi_state *gi = fk_gpu_instance(&c, gpuInstance);
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle");
+    LIVE_GI(c, gi, gpuInstance);
     info->device = fk_device_handle(gpuInstance->gpu);
     info->id = (unsigned)gpuInstance->gi;
     info->profileId = gi->profile_id;
@@ -199,8 +198,7 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
 
 nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
     BEGIN(c);
-    gi_state *gi = fk_gpu_instance(&c, gpuInstance);
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle");
+    LIVE_GI(c, gi, gpuInstance);
     for (unsigned i = 0; i < MAX_CI; i++)
         if (gi->ci[i].used) return fk_end(&c, NVML_ERROR_IN_USE); /* compute instances remain */
     gpu_state *g = &c.st->gpu[gpuInstance->gpu];
@@ -280,8 +278,7 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance,
                                                   nvmlComputeInstance_t *computeInstance) {
     BEGIN(c);
     OUT(c, computeInstance);
-    gi_state *gi = fk_gpu_instance(&c, gpuInstance);
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle");
+    LIVE_GI(c, gi, gpuInstance);
     gpu_state *g = &c.st->gpu[gpuInstance->gpu];
     const gi_profile *p = fk_profile_by(g, 0, gi->profile_id);
     unsigned slices = fk_ci_slices(profileId), used = 0, id = MAX_CI;
@@ -303,8 +300,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, u
                                                 nvmlComputeInstance_t *computeInstances, unsigned int *count) {
     BEGIN(c);
     OUT(c, count);
-    gi_state *gi = fk_gpu_instance(&c, gpuInstance);
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle");
+    LIVE_GI(c, gi, gpuInstance);
     if (computeInstances == NULL || !fake_readable(computeInstances, sizeof *computeInstances))
         return fk_reject(&c, __func__, "computeInstances is not a valid pointer");
     unsigned n = 0;
@@ -319,8 +315,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance
                                                    nvmlComputeInstance_t *computeInstance) {
     BEGIN(c);
     OUT(c, computeInstance);
-    gi_state *gi = fk_gpu_instance(&c, gpuInstance);
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle");
+    LIVE_GI(c, gi, gpuInstance);
     if (id >= MAX_CI || !gi->ci[id].used) return fk_end(&c, NVML_ERROR_NOT_FOUND);
     *computeInstance = fk_ci_handle(gpuInstance->gpu, gpuInstance->gi, (int)id);
     return fk_end(&c, NVML_SUCCESS);
@@ -329,8 +324,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance
 nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info) {
     BEGIN(c);
     OUT(c, info);
-    ci_state *ci = fk_compute_instance(&c, computeInstance);
-    if (ci == NULL) return fk_reject(&c, __func__, "not a live compute instance handle");
+    LIVE_CI(c, ci, computeInstance);
     info->device = fk_device_handle(computeInstance->gpu);
     info->gpuInstance = fk_gi_handle(computeInstance->gpu, computeInstance->gi);
     info->id = (unsigned)computeInstance->ci;
@@ -341,8 +335,7 @@ nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance, n
 
 nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
     BEGIN(c);
-    ci_state *ci = fk_compute_instance(&c, computeInstance);
-    if (ci == NULL) return fk_reject(&c, __func__, "not a live compute instance handle");
+    LIVE_CI(c, ci, computeInstance);
     if (ci->processes > 0) return fk_end(&c, NVML_ERROR_IN_USE);
     gpu_state *g = &c.st->gpu[computeInstance->gpu];
     fk_publish_cap(c.st, g, (unsigned)computeInstance->gi, computeInstance->ci, 0);
@@ -355,8 +348,7 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
     BEGIN(c);
     OUT(c, count);
-    gpu_state *g = fk_card(&c, device, 1);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    WHOLE_CARD(c, g, device);
     *count = g->mig_capable && g->mig_current ? MAX_MIG : 0;
     return fk_end(&c, NVML_SUCCESS);
 }
@@ -403,8 +395,7 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
                                                   nvmlProcessInfo_t *infos) {
     BEGIN(c);
     OUT(c, infoCount);
-    gpu_state *g = fk_card(&c, device, 0);
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle");
+    ANY_DEVICE(c, g, device);
     unsigned n = 0;
     nvmlProcessInfo_t found[64];
     for (unsigned i = 1; i < MAX_GI; i++)
