@@ -16,7 +16,10 @@ each fake with `COMMON_SOURCES` and `COMMON_INCLUDE`):
   `skip` calls through; `calls(fn)` counts the calls made;
 - an argument the real library would crash on or reject (a struct by value where a pointer is
   due, a versioned struct without its version) is refused with the vendor's invalid-argument code
-  and recorded: `complaints()` returns how many and the last one, so a test can fail on it.
+  and recorded: `complaints()` returns how many and the last one, so a test can fail on it;
+- each fake is built once per test session by one session fixture in tests/conftest.py (e.g.
+  `nvml_library`): a process can load only one object per soname, and `FakeLibrary` refuses to
+  run when another one (a real vendor library) already holds it.
 """
 
 from __future__ import annotations
