@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import resource
 from .events import EVENTS_API
 
 VERSION = {
@@ -61,7 +62,10 @@ def api_groups() -> dict[str, Any]:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [{"name": "events.k8s.io", "versions": [version], "preferredVersion": version}],
+        "groups": [
+            {"name": "events.k8s.io", "versions": [version], "preferredVersion": version},
+            resource.group(),
+        ],
     }
 
 
@@ -82,3 +86,11 @@ def events_resources() -> dict[str, Any]:
         "groupVersion": EVENTS_API,
         "resources": [_resource("events", "Event", True, _VERBS)],
     }
+
+
+def resource_group() -> dict[str, Any]:
+    return {"kind": "APIGroup", "apiVersion": "v1", **resource.group()}
+
+
+def resource_resources() -> dict[str, Any]:
+    return resource.api_resources()

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import patch, selectors
+from . import patch, resource, selectors
 from .errors import ApiError, BadRequest, Expired, NotFound, success_status
 from .state import ServerState
 from .store import parse_rv
@@ -211,8 +211,8 @@ class Resource:
             raise BadRequest("DeleteOptions must be a JSON object")
         name = request.match_info["name"]
         deleted = self.store.delete(self.view.resource, self._namespace(request), name, options)
-        if self.view.resource == "pods":
-            return reply(deleted)
+        if self.view.resource == "pods" or self.view.api_version == resource.API_VERSION:
+            return reply(deleted)  # these return the deleted object, as the real server does
         return reply(success_status(200, {"name": name, "kind": self.view.resource}))
 
     async def bind(self, request: web.Request) -> web.StreamResponse:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from . import resource
 from .errors import Invalid
 
 # Metadata the server owns: no create body or update may set these.
@@ -120,6 +121,11 @@ KINDS: dict[str, Kind] = {
     "pods": Kind("pods", "Pod", "v1", True, True, _prepare_pod),
     "nodes": Kind("nodes", "Node", "v1", False, True, _prepare_node),
     "events": Kind("events", "Event", "v1", True, False, _prepare_event),
+    **{
+        plural: Kind(plural, kind, resource.API_VERSION, namespaced, status,
+                     resource.PREPARE[plural])
+        for plural, (kind, namespaced, status) in resource.RESOURCES.items()
+    },
 }
 
 

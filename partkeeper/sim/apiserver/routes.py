@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from . import discovery, events
+from . import discovery, events, resource
 from .errors import ApiError, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable
 from .http import Handler, Resource, View, error_reply, reply
 from .state import ServerState
@@ -46,6 +46,10 @@ def build_app(state: ServerState) -> web.Application:
     _add_resource(router, "/api/v1", "events", Resource(state, CORE_EVENTS), namespaced=True)
     group_events = Resource(state, GROUP_EVENTS)
     _add_resource(router, "/apis/events.k8s.io/v1", "events", group_events, namespaced=True)
+    for plural, (kind, namespaced, status) in resource.RESOURCES.items():
+        view = View(plural, f"{kind}List", resource.API_VERSION)
+        _add_resource(router, resource.PREFIX, plural, Resource(state, view),
+                      namespaced=namespaced, status=status)
     return app
 
 
@@ -93,6 +97,12 @@ def _add_discovery(router: web.UrlDispatcher) -> None:
     async def events_resources(_: web.Request) -> web.Response:
         return reply(discovery.events_resources())
 
+    async def resource_group(_: web.Request) -> web.Response:
+        return reply(discovery.resource_group())
+
+    async def resource_resources(_: web.Request) -> web.Response:
+        return reply(discovery.resource_resources())
+
     # The client asks for some of these with a trailing slash ("/version/", "/api/").
     for path, handler in (
         ("/version", version),
@@ -101,6 +111,8 @@ def _add_discovery(router: web.UrlDispatcher) -> None:
         ("/apis", groups),
         ("/apis/events.k8s.io", events_group),
         ("/apis/events.k8s.io/v1", events_resources),
+        (f"/apis/{resource.GROUP}", resource_group),
+        (resource.PREFIX, resource_resources),
     ):
         router.add_get(path, handler)
         router.add_get(f"{path}/", handler)

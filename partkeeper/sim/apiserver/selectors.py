@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import resource
 from .errors import BadRequest
 
 # Fields each resource can be selected on (the real server's field-label conversions).
@@ -48,6 +49,7 @@ FIELDS: dict[str, frozenset[str]] = {
             "type",
         }
     ),
+    **resource.FIELDS,
 }
 
 _LABEL_SET = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
