@@ -21,7 +21,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent.parent
-PROTOS = ("deviceplugin.proto", "podresources.proto")
+PROTOS = ("deviceplugin.proto", "podresources.proto", "dra.proto", "dra_registration.proto")
 
 HEADER = (
     "# ruff: noqa\n"
