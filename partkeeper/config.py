@@ -47,6 +47,9 @@ class Config:
     cdi_dir: Path = Path("/var/run/cdi")
     driver_root: Path = Path("/")  # where the driver's /dev lives on the host (device specs)
     proc_root: Path = Path("/proc")  # where the driver's /proc/driver/nvidia is read
+    mode: Literal["deviceplugin", "dra"] = "deviceplugin"
+    kubelet_plugins_dir: Path = Path("/var/lib/kubelet/plugins")
+    kubelet_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
 
     def metrics_port_for(self, service: str) -> int:
         if self.metrics_port is not None:
@@ -104,6 +107,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
     from partkeeper.faults import parse as parse_faults  # validated here, applied by faults
 
     parse_faults(env.get("PK_FAULTS", "").strip())
+    kubelet_dir = Path(env.get("PK_KUBELET_DIR") or "/var/lib/kubelet/device-plugins")
     return Config(
         nats_urls=_nats_urls(env),
         nats_user=env.get("NATS_USER") or None,
@@ -111,7 +115,7 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         nats_creds=env.get("NATS_CREDS") or None,
         node=node,
         kubeconfig=env.get("KUBECONFIG") or None,
-        kubelet_dir=Path(env.get("PK_KUBELET_DIR") or "/var/lib/kubelet/device-plugins"),
+        kubelet_dir=kubelet_dir,
         pod_resources_socket=Path(
             env.get("PK_POD_RESOURCES_SOCKET") or "/var/lib/kubelet/pod-resources/kubelet.sock"
         ),
@@ -132,4 +136,12 @@ def load(env: Mapping[str, str] | None = None) -> Config:
         cdi_dir=Path(env.get("PK_CDI_DIR") or "/var/run/cdi"),
         driver_root=Path(env.get("PK_DRIVER_ROOT") or "/"),
         proc_root=Path(env.get("PK_PROC_ROOT") or "/proc"),
+        mode=_choice(env, "PK_MODE", "deviceplugin", ("deviceplugin", "dra")),  # type: ignore[arg-type]
+        # DRA mode's dirs default to siblings of the device-plugin dir, as kubelet lays them out.
+        kubelet_plugins_dir=Path(
+            env.get("PK_KUBELET_PLUGINS_DIR") or kubelet_dir.parent / "plugins"
+        ),
+        kubelet_registry_dir=Path(
+            env.get("PK_KUBELET_REGISTRY_DIR") or kubelet_dir.parent / "plugins_registry"
+        ),
     )

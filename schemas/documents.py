@@ -47,6 +47,9 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: float
     release_reason: str = ""
     release_attempts: int = 0
+    # DRA mode: the ResourceClaim this partition was prepared for ("<namespace>/<name>", UID).
+    resource_claim: str = ""
+    resource_claim_uid: str = ""
 
 
 class CardClaims(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="CardClaims"):

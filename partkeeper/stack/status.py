@@ -53,7 +53,8 @@ def build(
                     "uuid": inst.uuid, "profile": inst.profile, "start": inst.start,
                     "size": inst.size, "gi_id": inst.gi_id, "foreign": inst.foreign,
                     "claim": None if claim is None else
-                    {"id": claim.id, "state": claim.state, "pod_uid": claim.pod_uid},
+                    {"id": claim.id, "state": claim.state, "pod_uid": claim.pod_uid,
+                     "resource_claim": claim.resource_claim},
                 }
             )
         cards.append(
@@ -63,7 +64,8 @@ def build(
                 "claims": [
                     {"id": c.id, "kind": c.kind, "state": c.state, "pod_uid": c.pod_uid,
                      "namespace": c.namespace, "name": c.name, "container": c.container,
-                     "profile": c.profile, "start": c.start, "size": c.size}
+                     "profile": c.profile, "start": c.start, "size": c.size,
+                     "resource_claim": c.resource_claim}
                     for c in sorted(by_id.values(), key=lambda c: (c.start, c.id))
                 ],
                 "free": dict(card.free),
@@ -144,15 +146,23 @@ def _rows(card: dict[str, Any]) -> list[tuple[str, ...]]:
         claim = inst["claim"] or {}
         rows.append((
             f"{inst['start']}+{inst['size']}", inst["profile"], inst["uuid"],
-            claim.get("id", "foreign" if inst["foreign"] else "-"),
-            claim.get("state", "-"), claim.get("pod_uid", "-"),
+            _claim_label(claim, inst["foreign"]), claim.get("state", "-"),
+            claim.get("pod_uid", "-"),
         ))
     owned = {i["claim"]["id"] for i in card["instances"] if i["claim"]}
     rows.extend(
-        (f"{c['start']}+{c['size']}", c["profile"], "-", c["id"], c["state"], c["pod_uid"])
+        (f"{c['start']}+{c['size']}", c["profile"], "-", _claim_label(c, False), c["state"],
+         c["pod_uid"])
         for c in card["claims"] if c["id"] not in owned
     )
     return rows
+
+
+def _claim_label(claim: dict[str, Any], foreign: bool) -> str:
+    """The claim's id, or in DRA mode the ResourceClaim it was prepared for."""
+    if not claim:
+        return "foreign" if foreign else "-"
+    return claim.get("resource_claim") or claim["id"]
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
