@@ -65,6 +65,11 @@ async def serve(
 ) -> None:
     """Run the allocator until cancelled. `ready` is set once the plugin sockets serve (with
     correct health) and registration with kubelet has started."""
+    if config.mode == "dra":
+        from services.allocator.dra import main as dra_main  # it imports this module
+
+        await dra_main.serve(config, nc, ready=ready, options=options)
+        return
     parts = await _build(config, nc, options or Options())
     try:
         await _start(parts)

@@ -1,0 +1,104 @@
+"""The allocator's resource.k8s.io/v1 calls in DRA mode: read ResourceClaims, keep the node's
+ResourceSlices. (In device-plugin mode the allocator never speaks to the API server; a DRA
+driver must, since the slices and the claims live there.)
+
+The client is blocking, so every call runs in a thread with a timeout; answers stay plain JSON.
+Every failure is a `KubeError` naming the call and what the server said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from partkeeper.config import Config
+from partkeeper.dra import DRIVER
+
+TIMEOUT = (3.0, 15.0)
+
+
+class KubeError(Exception):
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _api_client(kubeconfig: str | None) -> client.ApiClient:
+    if kubeconfig:
+        return kube_config.new_client_from_config(config_file=kubeconfig)
+    configuration = client.Configuration()
+    kube_config.load_incluster_config(client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+class ResourceApi:
+    def __init__(self, api: client.ResourceV1Api, node: str) -> None:
+        self.api = api
+        self.node = node
+
+    @classmethod
+    async def connect(cls, config: Config) -> ResourceApi:
+        try:
+            api_client = await asyncio.to_thread(_api_client, config.kubeconfig)
+        except Exception as exc:
+            source = f"KUBECONFIG={config.kubeconfig}" if config.kubeconfig else "in-cluster config"
+            raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
+        return cls(client.ResourceV1Api(api_client), config.node)
+
+    def close(self) -> None:
+        self.api.api_client.close()
+
+    async def _call(self, doing: str, method: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = await asyncio.to_thread(
+                method, *args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs
+            )
+        except ApiException as exc:
+            reason = (exc.reason or "").strip()
+            raise KubeError(f"{doing}: HTTP {exc.status} {reason}".rstrip(),
+                            status=exc.status) from exc
+        except Exception as exc:
+            raise KubeError(f"{doing}: {type(exc).__name__}: {exc}") from exc
+        try:
+            return json.loads(response.data)
+        except ValueError as exc:
+            raise KubeError(f"{doing}: the answer is not JSON ({exc})") from exc
+
+    async def get_claim(self, namespace: str, name: str) -> Any:
+        return await self._call(f"GET of ResourceClaim {namespace}/{name}",
+                                self.api.read_namespaced_resource_claim, name, namespace)
+
+    async def list_slices(self) -> list[dict[str, Any]]:
+        """This node's slices of our driver; raises KubeError (never an empty list on failure)."""
+        escaped = self.node.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+        body = await self._call(
+            f"LIST of the ResourceSlices of node {self.node}", self.api.list_resource_slice,
+            field_selector=f"spec.nodeName={escaped},spec.driver={DRIVER}",
+        )
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list) or (body.get("metadata") or {}).get("continue"):
+            raise KubeError(f"LIST of the ResourceSlices of node {self.node}: not a complete list")
+        return items
+
+    async def create_slice(self, body: dict[str, Any]) -> Any:
+        name = body["metadata"]["name"]
+        return await self._call(f"creating ResourceSlice {name}",
+                                self.api.create_resource_slice, body)
+
+    async def replace_slice(self, body: dict[str, Any]) -> Any:
+        name = body["metadata"]["name"]
+        return await self._call(f"updating ResourceSlice {name}",
+                                self.api.replace_resource_slice, name, body)
+
+    async def delete_slice(self, name: str) -> None:
+        try:
+            await self._call(f"deleting ResourceSlice {name}", self.api.delete_resource_slice,
+                             name)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise

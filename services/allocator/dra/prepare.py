@@ -1,0 +1,199 @@
+"""NodePrepareResources and NodeUnprepareResources over the claims store (DRA mode).
+
+    read the ResourceClaim (UID, allocation, reserving Pod)  -> per allocated device:
+      no claim     -> write `creating` (keyed by claim UID + device) -> create at the allocated
+                      placement -> `active` -> CDI spec -> CDI id
+      creating     -> adopt the instance a crash left at the spec, or create -> as above
+      active       -> the same CDI id again (kubelet retries after restarts)
+      releasing    -> an error: the claim is on its way out
+
+The claim is durable before the driver is asked (invariant 4), so a crash at any step leaves a
+record that the retry completes or the reclaimer removes. A device's realisation runs in a task
+that outlives kubelet giving up on the call, so a retry joins it instead of racing it.
+
+Unprepare never destroys: the claims of Pods the watcher confirms finished or gone are marked
+`releasing`, the others are left for the reclaimer, which releases them on the Pod's end as in
+device-plugin mode. Either way the reclaimer alone destroys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+
+from partkeeper import cdi, faults
+from partkeeper.claims import StoreReadError, TransitionError, machine
+from partkeeper.dra import DRIVER
+from partkeeper.drivers import DriverError, Instance
+from partkeeper.kubelet import dra_pb2 as pb
+from partkeeper.telemetry.logs import decision
+from schemas import CardClaims, Claim
+from services.allocator import events, partitions, podmatch, writes
+from services.allocator.context import Context
+from services.allocator.dra import requests
+from services.allocator.dra.kube import KubeError, ResourceApi
+from services.allocator.dra.requests import Asked, NotPreparable, Wanted
+from services.allocator.refusal import Refusal
+
+log = logging.getLogger(__name__)
+
+
+class PrepareError(Exception):
+    """One device of one claim could not be prepared; the message goes to kubelet."""
+
+
+def new_claim(w: Wanted, now: float) -> Claim:
+    return Claim(
+        id=w.claim_id, kind="partition", state="creating", pod_uid=w.pod_uid,
+        namespace=w.asked.namespace, name=w.pod_name, container=w.request or "claim",
+        resource=DRIVER, device_ids=[w.device], card=w.spec.card, profile=w.spec.profile.name,
+        start=w.spec.start, size=w.spec.size, created_at=now, updated_at=now,
+        resource_claim=f"{w.asked.namespace}/{w.asked.name}", resource_claim_uid=w.asked.uid,
+    )
+
+
+class Preparer:
+    def __init__(self, ctx: Context, api: ResourceApi) -> None:
+        self.ctx = ctx
+        self.api = api
+        self._work: dict[str, asyncio.Task[str]] = {}
+
+    async def close(self) -> None:
+        """Let realisations already started finish: they leave the store consistent."""
+        await asyncio.gather(*self._work.values(), return_exceptions=True)
+
+    async def prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
+        asked = Asked(ref.namespace, ref.uid, ref.name)
+        try:
+            try:
+                body = await self.api.get_claim(ref.namespace, ref.name)
+            except KubeError as exc:
+                raise PrepareError(f"reading {asked} failed ({exc}); nothing was prepared and "
+                                   "kubelet may retry") from exc
+            wanted = requests.wanted(body, asked, self.ctx.node, self.ctx.cards)
+            found = [(w, await self._device(w)) for w in wanted]
+        except (NotPreparable, PrepareError) as exc:
+            decision(log, f"NodePrepareResources refused: {exc}", claim_uid=asked.uid)
+            return pb.NodePrepareResourceResponse(error=str(exc))
+        return pb.NodePrepareResourceResponse(devices=[
+            pb.Device(request_names=[w.request] if w.request else [], pool_name=self.ctx.node,
+                      device_name=w.device, cdi_device_ids=[cid])
+            for w, cid in found
+        ])
+
+    async def _device(self, w: Wanted) -> str:
+        task = self._work.get(w.claim_id)
+        if task is None:
+            task = asyncio.create_task(self._realise(w), name=f"prepare {w.claim_id}")
+            self._work[w.claim_id] = task
+            task.add_done_callback(lambda t: self._work.pop(w.claim_id, None))
+        return await asyncio.shield(task)
+
+    async def _realise(self, w: Wanted) -> str:
+        try:
+            doc, _ = await self.ctx.store.read(w.spec.card)
+        except StoreReadError as exc:
+            raise PrepareError(f"{w.asked}: {exc}; nothing was prepared") from exc
+        existing = doc.claims.get(w.claim_id)
+        if existing is None:
+            claim = new_claim(w, time.time())
+            if not await writes.begin(self.ctx, claim):
+                raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition claimed "
+                                   "meanwhile; nothing was prepared and kubelet may retry")
+            await faults.reach("allocator.after_claim")
+            instance = await self._create(w, claim)
+        elif existing.state == "creating":
+            claim = existing
+            decision(log, "retried prepare completes a creating claim", pod_uid=claim.pod_uid,
+                     card=claim.card, claim_id=claim.id)
+            instance = await self._adopt(w, claim) or await self._create(w, claim)
+        elif existing.state == "active" and existing.instance is not None:
+            return self._cdi(existing)
+        else:
+            raise PrepareError(f"{w.asked}: device {w.device} is {existing.state} "
+                               f"({existing.release_reason or 'released'}); it is not prepared "
+                               "again")
+        await faults.reach("allocator.after_create")
+        try:
+            active = await writes.activate(self.ctx, claim, instance)
+        except (writes.Released, writes.Vanished) as exc:
+            await partitions.undo(self.ctx, [(claim, instance)], [], f"released meanwhile: {exc}")
+            raise PrepareError(f"{w.asked}: its Pod was declared gone while device {w.device} "
+                               "was being created; the new partition was destroyed again") from exc
+        cid = self._cdi(active)
+        await faults.reach("allocator.after_active")
+        return cid
+
+    async def _adopt(self, w: Wanted, claim: Claim) -> Instance | None:
+        try:
+            return await partitions.adopt(self.ctx, claim)
+        except Refusal as exc:
+            raise PrepareError(f"{w.asked}: {exc.message}") from exc
+
+    async def _create(self, w: Wanted, claim: Claim) -> Instance:
+        try:
+            return await partitions.create(self.ctx, claim)
+        except DriverError as exc:
+            await writes.abandon(self.ctx, claim, f"create failed: {exc}")
+            raise PrepareError(f"{w.asked}: creating {claim.profile} at {claim.start} on card "
+                               f"{claim.card} failed ({exc}); nothing is left behind and kubelet "
+                               "may retry") from exc
+
+    def _cdi(self, claim: Claim) -> str:
+        assert claim.instance is not None
+        env = {"NVIDIA_VISIBLE_DEVICES": claim.instance.uuid, "PK_CLAIM_IDS": claim.id,
+               "PK_PARTITION_PROFILE": claim.profile, "PK_PARTITION_CARDS": str(claim.card),
+               "PK_PARTITION_PLACEMENTS": f"{claim.start}+{claim.size}",
+               "PK_POD_UID": claim.pod_uid}
+        try:
+            return cdi.write_spec(self.ctx.config.cdi_dir, cdi.PARTITION_KIND, claim.id, env,
+                                  device_nodes(self.ctx.driver.name, claim.card))
+        except cdi.CdiError as exc:
+            raise PrepareError(f"partition {claim.instance.uuid} of {claim.resource_claim} is "
+                               f"made (claim {claim.id}, active) but its CDI spec could not be "
+                               f"written: {exc}") from exc
+
+    async def unprepare(self, ref: pb.Claim) -> pb.NodeUnprepareResourceResponse:
+        asked = Asked(ref.namespace, ref.uid, ref.name)
+        try:
+            docs = await self.ctx.store.read_all([c.index for c in self.ctx.cards])
+        except StoreReadError as exc:
+            return pb.NodeUnprepareResourceResponse(error=f"{asked}: {exc}; kubelet may retry")
+        mine = [c for doc, _ in docs.values() for c in doc.claims.values()
+                if c.resource_claim_uid == ref.uid]
+        for claim in mine:
+            try:
+                await self._release_if_ended(asked, claim)
+            except (podmatch.LookupFailed, TransitionError) as exc:
+                log.info("%s: claim %s left to the reclaimer (%s)", asked, claim.id, exc)
+            cdi.remove_spec(self.ctx.config.cdi_dir, cdi.PARTITION_KIND, claim.id)
+        return pb.NodeUnprepareResourceResponse()
+
+    async def _release_if_ended(self, asked: Asked, claim: Claim) -> None:
+        answer = await podmatch.pod_state(self.ctx, claim.pod_uid, fresh=True)
+        if answer.state not in ("finished", "gone") or claim.state == "releasing":
+            return
+        reason = f"NodeUnprepareResources for {asked}; Pod {answer.state}"
+        doc, _ = await self.ctx.store.update(
+            claim.card, functools.partial(_release, claim_id=claim.id, reason=reason))
+        if claim.id in doc.claims:
+            decision(log, f"released: {reason}", pod_uid=claim.pod_uid, card=claim.card,
+                     claim_id=claim.id, state="releasing")
+            await events.claim_changed(self.ctx.js, self.ctx.node, doc.claims[claim.id],
+                                       "releasing", reason=reason)
+
+
+def _release(doc: CardClaims, claim_id: str, reason: str) -> CardClaims:
+    if claim_id not in doc.claims:
+        return doc
+    return machine.release(doc, claim_id, reason, time.time())
+
+
+def device_nodes(driver: str, card: int) -> list[str]:
+    """The device nodes a partition's container needs: NVIDIA's for the real driver, none for
+    the simulated one (there is no device to open)."""
+    if driver == "nvml":
+        return ["/dev/nvidiactl", f"/dev/nvidia{card}"]
+    return []
