@@ -25,7 +25,7 @@ from typing import Any
 from partkeeper.dra import DRIVER
 from partkeeper.dra.devices import DeviceSpec, all_devices, compute_capacity
 from partkeeper.drivers import Card, Instance
-from partkeeper.drivers.profiles import SLICES_PER_CARD, overlaps
+from partkeeper.drivers.profiles import overlaps
 from schemas import Claim
 
 API_VERSION = "resource.k8s.io/v1"
@@ -33,6 +33,7 @@ MAX_DEVICES_PER_SLICE = 64  # devices that consume counters
 MAX_COUNTER_SETS_PER_SLICE = 8
 COMPUTE_COUNTER = "compute-slices"
 MAX_NAME = 253
+MEMORY_SLICES = 8  # per card, whatever the model (DESIGN.md section 6)
 
 Range = tuple[int, int]
 
@@ -94,7 +95,7 @@ def free_devices(
 
 
 def counter_set(card: Card) -> dict[str, Any]:
-    counters = {memory_counter(i): {"value": "1"} for i in range(SLICES_PER_CARD)}
+    counters = {memory_counter(i): {"value": "1"} for i in range(MEMORY_SLICES)}
     counters[COMPUTE_COUNTER] = {"value": str(compute_capacity(card.model))}
     return {"name": counter_set_name(card.index), "counters": counters}
 

@@ -8,7 +8,7 @@ from kubernetes.client.rest import ApiException
 
 from partkeeper.dra import DRIVER, slices
 from partkeeper.drivers import Card
-from partkeeper.sim.apiserver.testing import pod_manifest
+from tests_support.kubeclient import pod_manifest
 
 H100 = Card(0, "GPU-0", "H100-80GB", "partition", 81920)
 
