@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="embedded NATS, simulated cluster and cards, the four services")
     up.add_argument("--demo", action="store_true", help="run the scripted scenario and exit")
     up.add_argument("--workdir", help="where state and logs go (default: a temp dir)")
+    up.add_argument("--mode", choices=("deviceplugin", "dra"), default="deviceplugin",
+                    help="dra: ResourceSlices, a simulated scheduler and a DRA kubelet")
     up.set_defaults(func=_up)
 
     status = sub.add_parser("status", help="cards, partitions, claims and capacity, read from NATS")

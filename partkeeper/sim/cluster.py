@@ -86,6 +86,7 @@ class ClusterOptions:
     port: int = 0
     advertise: str | None = None
     termination_delay: float = 0.0
+    mode: str = "deviceplugin"  # or "dra": the scheduler and the kubelet's DRA side (dra_cluster)
 
 
 def register(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,6 +109,8 @@ def register(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "this host's address when listening on all)")
     parser.add_argument("--termination-delay", type=float, default=0.0, metavar="SECONDS",
                         help="how long a deleted Pod's containers take to stop")
+    parser.add_argument("--mode", choices=("deviceplugin", "dra"), default="deviceplugin",
+                        help="dra: a DRA scheduler and kubelet instead of device plugins")
     parser.add_argument("--notify-fd", type=int, metavar="FD",
                         help="write the readiness line to this inherited fd, then close it")
     parser.set_defaults(func=main)
@@ -123,6 +126,7 @@ def options_from(args: argparse.Namespace) -> ClusterOptions:
         port=args.port,
         advertise=args.advertise,
         termination_delay=args.termination_delay,
+        mode=args.mode,
     )
 
 
@@ -206,6 +210,9 @@ async def serve(options: ClusterOptions, stop: asyncio.Event, notifier: Notifier
     try:
         url = advertised_url(options.host, server.port, options.advertise)
         await asyncio.to_thread(write_kubeconfig, paths.kubeconfig, url)
+        if options.mode == "dra":
+            await _serve_dra(options, url, stop, notifier)
+            return
         source = ClusterPodSource.from_kubeconfig(options.node, str(paths.kubeconfig))
         kubelet = SimKubelet(
             paths.device_plugin_dir,
@@ -219,6 +226,19 @@ async def serve(options: ClusterOptions, stop: asyncio.Event, notifier: Notifier
             log.info("simulated cluster stopping")
     finally:
         await server.stop()
+
+
+async def _serve_dra(options: ClusterOptions, url: str, stop: asyncio.Event,
+                     notifier: Notifier) -> None:
+    from partkeeper.sim import dra_cluster
+
+    paths = options.paths
+    running = asyncio.create_task(dra_cluster.run(
+        options.node, paths.kubeconfig, paths.kubelet_root, stop,
+        termination_delay=options.termination_delay), name="sim dra cluster")
+    description = _describe(options, url, dra_cluster.registry_dir(paths.kubelet_root))
+    notifier.ready({**description, "mode": "dra"})
+    await running
 
 
 def _describe(options: ClusterOptions, url: str, kubelet_socket: Path) -> dict[str, Any]:

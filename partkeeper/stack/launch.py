@@ -118,18 +118,22 @@ async def launch(
     nats_url: str | None = None,
     overrides: Mapping[str, Mapping[str, str]] | None = None,
     credentials: tuple[str, str] | None = None,
+    mode: str = "deviceplugin",
 ) -> Stack:
     """Start everything and return once it is all ready; raises StackError/ChildExited.
 
     `nats_url` (comma separated) names NATS servers someone else runs (a cluster, a server with
     an authorization config) instead of starting one; `overrides` adds variables per service
     (credentials, PK_FAULTS, PK_STREAM_REPLICAS), after the ones `up` drops from its own;
-    `credentials` (user, password) are for the stack's own connection (readiness, probes).
+    `credentials` (user, password) are for the stack's own connection (readiness, probes);
+    `mode` "dra" runs the cluster's DRA scheduler and kubelet and the allocator in DRA mode.
     """
     port = free_port()
     own_nats = nats_url is None
     nats_url = nats_url or f"nats://127.0.0.1:{port}"
     env = service_env(layout, nats_url, os.environ)
+    if mode == "dra":
+        env.update({"PK_MODE": "dra", "PK_CDI_DIR": str(layout.root / "cdi")})
     envs = {name: {**env, **(overrides or {}).get(name, {})} for name in SERVICES}
     try:
         # The services would refuse a bad value one by one; say it once, up front.
@@ -142,15 +146,22 @@ async def launch(
     nc = await guard(readiness.connect_nats(nats_url, *(credentials or ())),
                      timeout=NATS_READY_SECONDS, what="the NATS server", log=layout.log("nats"))
     try:
-        cluster = await _start_cluster(layout, supervisor)
+        cluster = await _start_cluster(layout, supervisor, mode)
         for name in SERVICES:
             await start_service(layout, supervisor, name, envs[name])
         await _services_ready(layout, supervisor, nc)
-        await guard(readiness.kubelet_offers(layout.cluster.pod_resources_socket,
-                                             offered_resources(config)),
-                    timeout=KUBELET_READY_SECONDS,
-                    what="the kubelet offering the allocator's resources",
-                    log=layout.log("allocator"))
+        if mode == "dra":
+            from partkeeper.stack import dra_demo
+
+            await guard(dra_demo.published(layout.cluster.kubeconfig, NODE),
+                        timeout=KUBELET_READY_SECONDS,
+                        what="the allocator's ResourceSlices", log=layout.log("allocator"))
+        else:
+            await guard(readiness.kubelet_offers(layout.cluster.pod_resources_socket,
+                                                 offered_resources(config)),
+                        timeout=KUBELET_READY_SECONDS,
+                        what="the kubelet offering the allocator's resources",
+                        log=layout.log("allocator"))
     except BaseException:
         await nc.close()
         raise
@@ -189,14 +200,15 @@ async def _start_nats(layout: Layout, supervisor: Supervisor, port: int) -> None
                            tier=TIER_NATS)
 
 
-async def _start_cluster(layout: Layout, supervisor: Supervisor) -> dict[str, Any]:
+async def _start_cluster(layout: Layout, supervisor: Supervisor, mode: str = "deviceplugin"
+                         ) -> dict[str, Any]:
     paths = layout.cluster
     read_fd, write_fd = os.pipe()
     argv = [
         sys.executable, "-m", "partkeeper", "sim", "cluster",
         "--workdir", str(paths.workdir), "--kubelet-dir", str(paths.kubelet_root),
         "--cards", ",".join(CARDS), "--sliced", ",".join(SLICED), "--node", NODE,
-        "--notify-fd", str(write_fd),
+        "--notify-fd", str(write_fd), "--mode", mode,
     ]
     try:
         child = await supervisor.start("cluster", argv, log_path=layout.log("cluster"),

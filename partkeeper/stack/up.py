@@ -37,16 +37,17 @@ def main(args: argparse.Namespace) -> int:
     except (ClusterError, OSError) as exc:
         print(f"partkeeper up: cannot use {layout.root}: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
-    return asyncio.run(_up(layout, bool(args.demo), Console()))
+    mode = getattr(args, "mode", "deviceplugin")
+    return asyncio.run(_up(layout, bool(args.demo), Console(), mode))
 
 
-async def _up(layout: Layout, demo: bool, console: Console) -> int:
+async def _up(layout: Layout, demo: bool, console: Console, mode: str = "deviceplugin") -> int:
     supervisor = Supervisor(layout.pids_file)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    session = asyncio.create_task(_session(layout, supervisor, demo, console), name="up")
+    session = asyncio.create_task(_session(layout, supervisor, demo, console, mode), name="up")
     stopper = asyncio.create_task(stop.wait(), name="up stop")
     try:
         await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -71,9 +72,10 @@ async def _up(layout: Layout, demo: bool, console: Console) -> int:
     return code
 
 
-async def _session(layout: Layout, supervisor: Supervisor, demo: bool, console: Console) -> int:
+async def _session(layout: Layout, supervisor: Supervisor, demo: bool, console: Console,
+                   mode: str = "deviceplugin") -> int:
     started = time.monotonic()
-    stack = await launch(layout, supervisor)
+    stack = await launch(layout, supervisor, mode=mode)
     try:
         _print_ready(console, stack, time.monotonic() - started)
         if demo:
@@ -86,6 +88,14 @@ async def _session(layout: Layout, supervisor: Supervisor, demo: bool, console: 
 
 
 async def _demo(stack: Stack, supervisor: Supervisor, console: Console) -> int:
+    if stack.config.mode == "dra":
+        from partkeeper.stack import dra_demo
+
+        result = await supervisor.guard(dra_demo.run(stack, console), timeout=DEMO_SECONDS,
+                                        what="the DRA demo", log=stack.layout.log("allocator"))
+        for line in result.lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return EXIT_OK if result.passed else EXIT_FAILED
     view = make_view(console)
     outcome = await supervisor.guard(scenario.run(stack, view), timeout=DEMO_SECONDS,
                                      what="the demo scenario", log=stack.layout.log("allocator"))
