@@ -69,6 +69,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
              f"python -m bench.reclaim_latency --cycles {RECLAIM_CYCLES}",
              lambda: importlib.import_module("bench.reclaim_latency").measure(
                  cycles=RECLAIM_CYCLES)),
+    External("DRA latency", "bench.dra_latency", ("--cycles", "100")),
 )
 
 
