@@ -1,0 +1,25 @@
+"""`partkeeper status` names the ResourceClaim a DRA claim was prepared for."""
+
+from __future__ import annotations
+
+import msgspec
+
+from partkeeper.stack.status import _claim_label, build
+from schemas import CardClaims, NodeCapacity
+from schemas.documents import CardView, InstanceView
+from tests_support import make_claim
+
+
+def test_status_carries_the_resource_claim() -> None:
+    claim = msgspec.structs.replace(make_claim("u1.gpu-0-mig-1g10gb-0", 0, 1, state="active"),
+                                    resource_claim="default/c1", resource_claim_uid="u1")
+    capacity = NodeCapacity(node="n", at=0.0, cards=[CardView(
+        index=0, uuid="GPU-0", model="H100-80GB", mode="partition", instances=[InstanceView(
+            uuid="MIG-1", profile="1g.10gb", start=0, size=1, gi_id=1, foreign=False,
+            claim_id=claim.id)])])
+    doc = build("n", capacity, {0: CardClaims(node="n", card=0, claims={claim.id: claim})}, {})
+    (card,) = doc["cards"]
+    assert card["claims"][0]["resource_claim"] == "default/c1"
+    assert card["instances"][0]["claim"]["resource_claim"] == "default/c1"
+    assert _claim_label(card["instances"][0]["claim"], False) == "default/c1"
+    assert _claim_label({"id": "abc", "resource_claim": ""}, False) == "abc"
