@@ -238,18 +238,10 @@ def report(cycles: list[Cycle], n: int) -> list[str]:
         Latency.of("Pod deleted -> slices re-published",
                    [_between(c.deleted, c.republished) for c in cycles]),
     ]
-    lines = [f"Setup: one {PROFILE} Pod at a time on two H100-80GB, sim driver at zero latency, "
+    lines = [f"setup: one {PROFILE} Pod at a time on two H100-80GB, sim driver at zero latency, "
              f"watches stamped on arrival, deadline {DEADLINE:g} s per stamp; {len(cycles)} of "
-             f"{n} cycles.", "", "| interval | n | p50 | p90 | p99 | max |",
-             "|---|---|---|---|---|---|"]
-    from bench.figures import fmt_ms
-
-    for row in rows:
-        if row is None:
-            continue
-        count = f"{row.n}" + (f" ({row.missed} missed)" if row.missed else "")
-        lines.append(f"| {row.label} | {count} | {fmt_ms(row.p50)} | {fmt_ms(row.p90)} | "
-                     f"{fmt_ms(row.p99)} | {fmt_ms(row.max)} |")
+             f"{n} cycles"]
+    lines += [f"{row.label}: {row.text()}" for row in rows if row is not None]
     return lines
 
 

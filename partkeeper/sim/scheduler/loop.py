@@ -122,13 +122,17 @@ class DraScheduler:
                 claim.setdefault("status", {})["allocation"] = status["allocation"]
             self.resource.patch_namespaced_resource_claim_status(
                 name, namespace, {"status": status}, _content_type=MERGE_PATCH)
+        if self._reasons.pop(meta["uid"], None) is not None:
+            # The binding adds PodScheduled=True; the False one written earlier goes first.
+            self.core.patch_namespaced_pod_status(
+                meta["name"], namespace, {"status": {"conditions": None}},
+                _content_type=MERGE_PATCH)
         self.core.create_namespaced_pod_binding(
             meta["name"], namespace, {"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": meta["name"], "namespace": namespace},
                         "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}},
             _preload_content=False)
         self.bound.append(meta["uid"])
-        self._reasons.pop(meta["uid"], None)
         log.info("bound Pod %s/%s to %s with claims %s", namespace, meta["name"], self.node,
                  ", ".join(c["metadata"]["name"] for c in mine))
 

@@ -142,7 +142,9 @@ class Preparer:
                                "may retry") from exc
 
     def _cdi(self, claim: Claim) -> str:
-        assert claim.instance is not None
+        if claim.instance is None:
+            raise PrepareError(f"claim {claim.id} of {claim.resource_claim} is active without a "
+                               "recorded instance; it is left to the reclaimer")
         env = {"NVIDIA_VISIBLE_DEVICES": claim.instance.uuid, "PK_CLAIM_IDS": claim.id,
                "PK_PARTITION_PROFILE": claim.profile, "PK_PARTITION_CARDS": str(claim.card),
                "PK_PARTITION_PLACEMENTS": f"{claim.start}+{claim.size}",
