@@ -127,10 +127,6 @@ async def test_unprepare_releases_only_once_the_pod_is_confirmed_ended(
         assert len(await stack.instances()) == 1, "only the reclaimer destroys"
 
 
-async def _offered(stack) -> list[str]:
-    return await stack.offered()
-
-
 def _has(stack, name: str):
     async def check() -> bool:
         return name in await stack.offered()
