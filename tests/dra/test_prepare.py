@@ -10,6 +10,7 @@ from allocator.allocator_harness import until
 from dra.dra_harness import dra_node
 
 from partkeeper.dra import DRIVER
+from partkeeper.health import HEALTH
 from partkeeper.kubelet import dra_registration_pb2, dra_registration_pb2_grpc, open_unix_channel
 
 
@@ -19,11 +20,14 @@ def uid() -> str:
 
 async def test_registration_answers_as_kubelet_expects(nc, js, node, kubeconfig) -> None:
     async with dra_node(nc, node, kubeconfig) as stack:
+        await until(lambda: "kubelet registration" in HEALTH.readiness()[1], "readiness check")
+        assert HEALTH.readiness()[1]["kubelet registration"] is False
         async with open_unix_channel(stack.registration_socket) as channel:
             stub = dra_registration_pb2_grpc.RegistrationStub(channel)
             info = await stub.GetInfo(dra_registration_pb2.InfoRequest())
             await stub.NotifyRegistrationStatus(
                 dra_registration_pb2.RegistrationStatus(plugin_registered=True))
+        assert HEALTH.readiness()[1]["kubelet registration"] is True
         assert info.type == "DRAPlugin" and info.name == DRIVER
         assert info.endpoint == str(stack.service_socket)
         assert list(info.supported_versions) == ["v1.DRAPlugin"]

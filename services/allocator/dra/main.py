@@ -21,6 +21,7 @@ from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import open_driver
 from partkeeper.errors import StartupError
+from partkeeper.health import HEALTH
 from schemas.names import BUCKET_CAPACITY, BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator import catalog, claims_service
 from services.allocator.changes import Changes
@@ -73,6 +74,7 @@ async def serve(
         tasks.append(asyncio.create_task(work, name=name))
 
     service = None
+    publisher = SlicePublisher(ctx, api)
     try:
         loaded, claims_seen, computed, published = (asyncio.Event() for _ in range(4))
         spawn(ctx.pods.run(loaded), "allocator pod view")
@@ -86,13 +88,15 @@ async def serve(
         ctx.changes.touch()
         await computed.wait()
         spawn(recompute.poll_hardware(), "allocator hardware poll")
-        spawn(SlicePublisher(ctx, api).run(published), "allocator slice publisher")
+        spawn(publisher.run(published), "allocator slice publisher")
         await published.wait()
-        await plugin.start()
+        await _serve_plugin(plugin)
         log.info("allocator ready on node %s in DRA mode: %s", config.node, plugin.service_path)
         if ready is not None:
             ready.set()
-        await asyncio.gather(*tasks)
+        with HEALTH.condition("kubelet registration", plugin.registration.registered.is_set), \
+                HEALTH.condition("ResourceSlices published", lambda: publisher.failures == 0):
+            await asyncio.gather(*tasks)
     finally:
         for task in tasks:
             task.cancel()
@@ -104,3 +108,16 @@ async def serve(
                 await service.stop()
         await ctx.podres.close()
         api.close()
+
+
+async def _serve_plugin(plugin: KubeletPlugin) -> None:
+    """Serve the plugin sockets; a directory we cannot bind in is a deployment error."""
+    try:
+        await plugin.start()
+    except (OSError, RuntimeError) as exc:
+        raise StartupError(
+            f"cannot serve the DRA plugin on {plugin.service_path} and "
+            f"{plugin.registration_path}: {exc}. PK_KUBELET_PLUGINS_DIR and "
+            "PK_KUBELET_REGISTRY_DIR must be the kubelet's plugins and plugins_registry "
+            "directories, mounted read-write into a container running as root"
+        ) from exc
