@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -49,6 +50,8 @@ async def serve(
 ) -> None:
     """Run the DRA allocator until cancelled; `ready` is set once the plugin sockets serve."""
     options = options or Options()
+    # DRA hands partitions over by CDI only: the CDI strategy of device-plugin mode, always.
+    config = dataclasses.replace(config, device_list_strategy="cdi")
     driver = options.driver or await asyncio.to_thread(open_driver, config)
     cards = await enumerate_cards(driver)
     js = nc.jetstream()

@@ -30,7 +30,7 @@ from partkeeper.drivers import DriverError, Instance
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim
-from services.allocator import events, partitions, podmatch, writes
+from services.allocator import events, handoff, partitions, podmatch, writes
 from services.allocator.context import Context
 from services.allocator.dra import requests
 from services.allocator.dra.kube import KubeError, ResourceApi
@@ -110,7 +110,7 @@ class Preparer:
                      card=claim.card, claim_id=claim.id)
             instance = await self._adopt(w, claim) or await self._create(w, claim)
         elif existing.state == "active" and existing.instance is not None:
-            return self._cdi(existing)
+            return await self._cdi(existing)
         else:
             raise PrepareError(f"{w.asked}: device {w.device} is {existing.state} "
                                f"({existing.release_reason or 'released'}); it is not prepared "
@@ -122,7 +122,7 @@ class Preparer:
             await partitions.undo(self.ctx, [(claim, instance)], [], f"released meanwhile: {exc}")
             raise PrepareError(f"{w.asked}: its Pod was declared gone while device {w.device} "
                                "was being created; the new partition was destroyed again") from exc
-        cid = self._cdi(active)
+        cid = await self._cdi(active)
         await faults.reach("allocator.after_active")
         return cid
 
@@ -141,21 +141,17 @@ class Preparer:
                                f"{claim.card} failed ({exc}); nothing is left behind and kubelet "
                                "may retry") from exc
 
-    def _cdi(self, claim: Claim) -> str:
-        if claim.instance is None:
+    async def _cdi(self, claim: Claim) -> str:
+        """The partition's CDI spec, written as device-plugin mode's CDI strategy writes it
+        (DRA mode always runs with that strategy); its qualified name."""
+        try:
+            _, names = await handoff.prepare(self.ctx, [claim])
+        except Refusal as exc:
+            raise PrepareError(f"{claim.resource_claim}: {exc.message}") from exc
+        if not names:
             raise PrepareError(f"claim {claim.id} of {claim.resource_claim} is active without a "
                                "recorded instance; it is left to the reclaimer")
-        env = {"NVIDIA_VISIBLE_DEVICES": claim.instance.uuid, "PK_CLAIM_IDS": claim.id,
-               "PK_PARTITION_PROFILE": claim.profile, "PK_PARTITION_CARDS": str(claim.card),
-               "PK_PARTITION_PLACEMENTS": f"{claim.start}+{claim.size}",
-               "PK_POD_UID": claim.pod_uid}
-        try:
-            return cdi.write_spec(self.ctx.config.cdi_dir, cdi.PARTITION_KIND, claim.id, env,
-                                  device_nodes(self.ctx.driver.name, claim.card))
-        except cdi.CdiError as exc:
-            raise PrepareError(f"partition {claim.instance.uuid} of {claim.resource_claim} is "
-                               f"made (claim {claim.id}, active) but its CDI spec could not be "
-                               f"written: {exc}") from exc
+        return names[0]
 
     async def unprepare(self, ref: pb.Claim) -> pb.NodeUnprepareResourceResponse:
         asked = Asked(ref.namespace, ref.uid, ref.name)
@@ -170,7 +166,10 @@ class Preparer:
                 await self._release_if_ended(asked, claim)
             except (podmatch.LookupFailed, TransitionError) as exc:
                 log.info("%s: claim %s left to the reclaimer (%s)", asked, claim.id, exc)
-            cdi.remove_spec(self.ctx.config.cdi_dir, cdi.PARTITION_KIND, claim.id)
+            try:
+                await asyncio.to_thread(cdi.remove_spec, self.ctx.config.cdi_dir, claim.id)
+            except cdi.CdiError as exc:
+                log.warning("%s: %s; the reclaimer removes it after the destroy", asked, exc)
         return pb.NodeUnprepareResourceResponse()
 
     async def _release_if_ended(self, asked: Asked, claim: Claim) -> None:
@@ -191,11 +190,3 @@ def _release(doc: CardClaims, claim_id: str, reason: str) -> CardClaims:
     if claim_id not in doc.claims:
         return doc
     return machine.release(doc, claim_id, reason, time.time())
-
-
-def device_nodes(driver: str, card: int) -> list[str]:
-    """The device nodes a partition's container needs: NVIDIA's for the real driver, none for
-    the simulated one (there is no device to open)."""
-    if driver == "nvml":
-        return ["/dev/nvidiactl", f"/dev/nvidia{card}"]
-    return []
