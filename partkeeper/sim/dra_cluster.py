@@ -4,7 +4,7 @@ In place of the device-plugin kubelet it runs the simulated scheduler (claims al
 structured allocator does, then the Pod bound) and the kubelet's DRA side (plugin registration
 in `<kubelet>/plugins_registry`, prepare before a Pod starts, unprepare after it stops), and it
 creates the DeviceClass `partitions.partkeeper.io` as an administrator applying
-deploy/dra/deviceclass.yaml would.
+deploy/components/dra/deviceclass.yaml would.
 """
 
 from __future__ import annotations

@@ -84,10 +84,15 @@ def with_component(component: str, tmp_path: Path) -> Path:
     return overlay
 
 
+# Kinds newer than the base's minimum version are validated at the version that has them.
+NEWER_APIS = {"resource.k8s.io/v1": "1.36.0"}
+
+
 def validate(docs: list[dict[str, Any]]) -> None:
     for doc in docs:
         if doc["apiVersion"] not in CRDS:
-            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            version = NEWER_APIS.get(doc["apiVersion"], K8S_VERSION)
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -293,3 +298,44 @@ def test_host_driver_overlay_loads_nvml_from_the_driver_root() -> None:
         assert containers(docs)[name]["securityContext"]["privileged"] is True
     for name in ("watcher", "gc"):
         assert not containers(docs)[name]["securityContext"].get("privileged")
+
+
+def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(group, res, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for res in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_cdi_component_gives_the_spec_dir_to_its_writer_and_its_remover(tmp_path: Path) -> None:
+    docs = render(with_component("cdi", tmp_path))
+    data = one(docs, "ConfigMap")["data"]
+    assert (data["PK_DEVICE_LIST_STRATEGY"], data["PK_CDI_DIR"]) == ("cdi", "/var/run/cdi")
+    holders = [n for n in SERVICES if "/var/run/cdi" in mounts(docs, n)]
+    assert holders == ["allocator", "reclaimer"]
+    assert mounts(docs, "allocator")["/var/run/cdi"]["hostPath"]["path"] == "/var/run/cdi"
+
+
+def test_dra_component_gives_the_allocator_what_dra_mode_uses(tmp_path: Path) -> None:
+    docs = render(with_component("dra", tmp_path))
+    data = one(docs, "ConfigMap")["data"]
+    assert data["PK_MODE"] == "dra"
+    allocator = mounts(docs, "allocator")
+    for path in (data["PK_KUBELET_PLUGINS_DIR"], data["PK_KUBELET_REGISTRY_DIR"],
+                 data["PK_CDI_DIR"]):
+        assert allocator[path]["hostPath"]["path"] == path
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert [n for n in SERVICES if token in mounts(docs, n)] == ["watcher", "allocator"]
+    assert [n for n in SERVICES if data["PK_CDI_DIR"] in mounts(docs, n)] == [
+        "allocator", "reclaimer"]
+    assert one(docs, "DeviceClass")["metadata"]["name"] == "partitions.partkeeper.io"
+
+
+def test_dra_component_grants_exactly_the_dra_calls(tmp_path: Path) -> None:
+    docs = render(with_component("dra", tmp_path))
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    verbs = ("get", "list", "watch", "create", "update", "delete")
+    assert _grants(roles["partkeeper-dra"]) == {
+        *(("resource.k8s.io", "resourceslices", v) for v in verbs),
+        ("resource.k8s.io", "resourceclaims", "get")}
+    bindings = {d["roleRef"]["name"]: d for d in docs if d["kind"] == "ClusterRoleBinding"}
+    assert bindings["partkeeper-dra"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "partkeeper", "namespace": "partkeeper"}]

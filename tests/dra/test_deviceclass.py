@@ -10,7 +10,8 @@ import yaml
 
 from partkeeper.sim.dra_cluster import DEVICE_CLASS
 
-MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "dra" / "deviceclass.yaml"
+MANIFEST = (Path(__file__).resolve().parents[2] / "deploy" / "components" / "dra"
+            / "deviceclass.yaml")
 
 
 def test_deviceclass_validates_and_matches_the_simulated_cluster() -> None:
