@@ -1,4 +1,10 @@
-"""Configuration from the environment (DESIGN.md section 4), read and validated in one place.
+"""Configuration from the environment (DESIGN.md section 4), declared once and read in one place.
+
+Each setting is declared once, on its `Config` field: the variable, how its text is read and
+checked, the default and one line of documentation (`setting(...)`). `load()` is driven by those
+declarations, and so is the reference table in docs/configuration.md
+(`python -m partkeeper.config --markdown`; a test fails when the two disagree). A few variables
+are checked here but read elsewhere (`ELSEWHERE`: fault points, the log level, OpenTelemetry's).
 
 Every service calls `load()` once at start; a bad value stops the process with one sentence naming
 the variable, the value and what is expected.
@@ -6,50 +12,227 @@ the variable, the value and what is expected.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import socket
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 from partkeeper.errors import StartupError
 
 DEFAULT_METRICS_PORTS = {"watcher": 9401, "allocator": 9402, "reclaimer": 9403, "gc": 9404}
+
+Parse = Callable[[str, str], Any]  # (variable, text) -> value; raises ConfigError
 
 
 class ConfigError(StartupError, ValueError):
     """A configuration value is missing or malformed; the message says which and why."""
 
 
-@dataclass(frozen=True, slots=True)
+# -- how a variable's text is read ------------------------------------------------------------
+
+
+def text(_name: str, raw: str) -> str:
+    return raw
+
+
+def path(_name: str, raw: str) -> Path:
+    return Path(raw)
+
+
+def choice(*allowed: str) -> Parse:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip()
+        if value not in allowed:
+            raise ConfigError(
+                f"{name}={value!r} is not valid; expected one of: {', '.join(allowed)}"
+            )
+        return value
+
+    return parse
+
+
+def number(*, minimum: float) -> Parse:
+    def parse(name: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{name}={raw.strip()!r} is not a number") from None
+        if value < minimum:
+            raise ConfigError(f"{name}={raw.strip()!r} must be at least {minimum:g}")
+        return value
+
+    return parse
+
+
+def integer(*, minimum: int) -> Parse:
+    def parse(name: str, raw: str) -> int:
+        value = raw.strip()
+        if not value.isdigit():
+            raise ConfigError(f"{name}={value!r} is not a whole number")
+        if int(value) < minimum:
+            raise ConfigError(f"{name}={value!r} must be at least {minimum}")
+        return int(value)
+
+    return parse
+
+
+def url_list(name: str, raw: str) -> tuple[str, ...]:
+    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
+    for url in urls:
+        if "://" not in url:
+            raise ConfigError(f"{name} entry {url!r} has no scheme; expected nats://host:port")
+    return urls
+
+
+def node_name(name: str, raw: str) -> str:
+    value = raw.strip()
+    if not value or len(value) > 253:
+        raise ConfigError(f"{name}={value!r} must be 1 to 253 characters")
+    return value
+
+
+def fault_points(_name: str, raw: str) -> str:
+    from partkeeper.faults import parse as parse_faults  # validated here, applied by faults
+
+    parse_faults(raw.strip())
+    return raw.strip()
+
+
+# -- the declaration --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Setting:
+    """One environment variable: how it is read, its default, one line for the reference."""
+
+    env: str
+    doc: str
+    parse: Parse | None  # None: not checked here (a standard variable of a library)
+    default: Any = None
+    factory: Callable[[], Any] | None = None  # a default computed at start (read by `parse`)
+    shown: str = ""  # the default as the reference table says it, when its value does not
+    # A default derived from the settings declared before it (their values, by attribute).
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def default_value(self) -> Any:
+        if self.factory is not None and self.parse is not None:
+            return self.parse(self.env, str(self.factory()))
+        return self.default
+
+    def default_cell(self) -> str:
+        if self.shown:
+            return self.shown
+        value = self.default
+        if value is None:
+            return "none"
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        if isinstance(value, float):
+            value = f"{value:g}"
+        return f"`{value}`"
+
+
+def setting(env: str, doc: str, parse: Parse, default: Any = None, *,
+            factory: Callable[[], Any] | None = None, shown: str = "",
+            derive: Callable[[Mapping[str, Any]], Any] | None = None) -> Any:
+    """A `Config` field read from `env` (an empty variable means the default)."""
+    declared = Setting(env, doc, parse, default, factory, shown, derive)
+    meta = {"setting": declared}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Config:
-    nats_urls: tuple[str, ...] = ("nats://127.0.0.1:4222",)
-    nats_user: str | None = None
-    nats_password: str | None = None
-    nats_creds: str | None = None
-    node: str = field(default_factory=socket.gethostname)
-    kubeconfig: str | None = None
-    kubelet_dir: Path = Path("/var/lib/kubelet/device-plugins")
-    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-    pods_dir: Path = Path("/var/lib/partkeeper/pods")
-    driver: Literal["nvml", "sim"] = "nvml"
-    sim_state: Path = Path("/var/lib/partkeeper/sim.json")
-    foreign_policy: Literal["keep", "reap"] = "keep"
-    foreign_grace_seconds: float = 300.0
-    metrics_port: int | None = None  # None: the service's default
-    resync_seconds: float = 10.0
-    stream_replicas: int = 1
-    slices_per_card: int = 4
-    resource_prefix: str = "nvidia.com/mig-"
-    sliced_resource: str = "nvidia.com/gpu.sliced"
-    device_list_strategy: Literal["envvar", "cdi"] = "envvar"
-    cdi_dir: Path = Path("/var/run/cdi")
-    driver_root: Path = Path("/")  # where the driver's /dev lives on the host (device specs)
-    proc_root: Path = Path("/proc")  # where the driver's /proc/driver/nvidia is read
-    mode: Literal["deviceplugin", "dra"] = "deviceplugin"
-    kubelet_plugins_dir: Path = Path("/var/lib/kubelet/plugins")
-    kubelet_registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    nats_urls: tuple[str, ...] = setting(
+        "NATS_URL", "NATS server(s), comma separated", url_list, ("nats://127.0.0.1:4222",))
+    nats_user: str | None = setting("NATS_USER", "user of user/password credentials", text)
+    nats_password: str | None = setting(
+        "NATS_PASSWORD", "password of user/password credentials", text)
+    nats_creds: str | None = setting("NATS_CREDS", "a `.creds` file (JWT + nkey)", text)
+    node: str = setting(
+        "PK_NODE_NAME", "this node's name (the DaemonSet sets it from `spec.nodeName`)",
+        node_name, factory=socket.gethostname, shown="host name")
+    kubeconfig: str | None = setting(
+        "KUBECONFIG", "API server access; in-cluster config when unset inside a Pod", text,
+        shown="standard")
+    kubelet_dir: Path = setting(
+        "PK_KUBELET_DIR",
+        "device-plugin dir holding `kubelet.sock`; the allocator puts its sockets here",
+        path, Path("/var/lib/kubelet/device-plugins"))
+    pod_resources_socket: Path = setting(
+        "PK_POD_RESOURCES_SOCKET",
+        "kubelet pod-resources socket, used to narrow which container an `Allocate` serves",
+        path, Path("/var/lib/kubelet/pod-resources/kubelet.sock"))
+    pods_dir: Path = setting(
+        "PK_PODS_DIR",
+        "per-Pod working directories (partition descriptors, logical-slice files)",
+        path, Path("/var/lib/partkeeper/pods"))
+    driver: Literal["nvml", "sim"] = setting(
+        "PK_DRIVER", "`nvml` or `sim`", choice("nvml", "sim"), "nvml")
+    sim_state: Path = setting(
+        "PK_SIM_STATE", "the simulated driver's state file", path,
+        Path("/var/lib/partkeeper/sim.json"))
+    foreign_policy: Literal["keep", "reap"] = setting(
+        "PK_FOREIGN_POLICY",
+        "`keep` (report only) or `reap` (destroy idle foreign instances older than the grace)",
+        choice("keep", "reap"), "keep")
+    foreign_grace_seconds: float = setting(
+        "PK_FOREIGN_GRACE_SECONDS",
+        "how old an idle foreign instance must be before `reap` destroys it",
+        number(minimum=0), 300.0)
+    metrics_port: int | None = setting(
+        "PK_METRICS_PORT",
+        "Prometheus `/metrics` port, also serving the probes `/livez` and `/readyz` (0 = off)",
+        integer(minimum=0),
+        shown="watcher 9401, allocator 9402, reclaimer 9403, gc 9404")  # None: per service
+    resync_seconds: float = setting(
+        "PK_RESYNC_SECONDS", "period of the reclaimer's and GC's reconcile passes",
+        number(minimum=0.05), 10.0)
+    stream_replicas: int = setting(
+        "PK_STREAM_REPLICAS", "replicas of the streams and buckets the services create",
+        integer(minimum=1), 1, shown="`1` (3 in `deploy/`)")
+    slices_per_card: int = setting(
+        "PK_SLICES_PER_CARD", "logical slices offered per sliced card", integer(minimum=1), 4)
+    resource_prefix: str = setting(
+        "PK_RESOURCE_PREFIX", "prefix of the per-profile resources", text, "nvidia.com/mig-")
+    sliced_resource: str = setting(
+        "PK_SLICED_RESOURCE", "the logical-slice resource", text, "nvidia.com/gpu.sliced")
+    device_list_strategy: Literal["envvar", "cdi"] = setting(
+        "PK_DEVICE_LIST_STRATEGY",
+        "`envvar` (`NVIDIA_VISIBLE_DEVICES` plus device specs) or `cdi` (also a CDI spec per "
+        "partition, returned in `cdi_devices`)", choice("envvar", "cdi"), "envvar")
+    cdi_dir: Path = setting(
+        "PK_CDI_DIR",
+        "where CDI specs of created partitions are written (`cdi` strategy, and always in DRA "
+        "mode)",
+        path, Path("/var/run/cdi"))
+    driver_root: Path = setting(
+        "PK_DRIVER_ROOT",
+        "host root of the driver's `/dev` nodes named in device specs (e.g. `/run/nvidia/driver`)",
+        path, Path("/"))
+    proc_root: Path = setting(
+        "PK_PROC_ROOT", "where `driver/nvidia/capabilities` (MIG capability minors) is read",
+        path, Path("/proc"))
+    mode: Literal["deviceplugin", "dra"] = setting(
+        "PK_MODE",
+        "`deviceplugin` or `dra` (ResourceSlices and a DRA kubelet plugin, see [dra.md](dra.md))",
+        choice("deviceplugin", "dra"), "deviceplugin")
+    # DRA mode's dirs default to siblings of the device-plugin dir, as kubelet lays them out.
+    kubelet_plugins_dir: Path = setting(
+        "PK_KUBELET_PLUGINS_DIR", "DRA mode: the kubelet's `plugins` dir", path,
+        Path("/var/lib/kubelet/plugins"), shown="sibling `plugins` of `PK_KUBELET_DIR`",
+        derive=lambda v: v["kubelet_dir"].parent / "plugins")
+    kubelet_registry_dir: Path = setting(
+        "PK_KUBELET_REGISTRY_DIR", "DRA mode: the kubelet's `plugins_registry` dir", path,
+        Path("/var/lib/kubelet/plugins_registry"),
+        shown="sibling `plugins_registry` of `PK_KUBELET_DIR`",
+        derive=lambda v: v["kubelet_dir"].parent / "plugins_registry")
 
     def metrics_port_for(self, service: str) -> int:
         if self.metrics_port is not None:
@@ -57,91 +240,82 @@ class Config:
         return DEFAULT_METRICS_PORTS.get(service, 0)
 
 
-def _choice(env: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = env.get(name, default).strip() or default
-    if value not in allowed:
-        raise ConfigError(f"{name}={value!r} is not valid; expected one of: {', '.join(allowed)}")
-    return value
+# Checked or documented here, read by the module named in the line.
+ELSEWHERE: tuple[Setting, ...] = (
+    Setting("PK_FAULTS", "fault points for tests, e.g. `allocator.after_create=exit` (see below; "
+            "read by `partkeeper.faults`)", fault_points),
+    Setting("PK_LOG_LEVEL", "`debug`, `info`, `warning`, `error` (read by "
+            "`partkeeper.telemetry.logs`)", None, "info"),
+    Setting("OTEL_EXPORTER_OTLP_ENDPOINT", "standard OpenTelemetry variables (also "
+            "`OTEL_EXPORTER_OTLP_INSECURE`, `OTEL_TRACES_EXPORTER`, `OTEL_SERVICE_NAME`, ...); "
+            "spans are exported only when an endpoint is set or `OTEL_TRACES_EXPORTER` asks "
+            "(see [observability.md](observability.md))", None, shown="SDK defaults"),
+)
 
 
-def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={raw!r} must be at least {minimum:g}")
-    return value
+def declared() -> list[tuple[str, Setting]]:
+    """(Config attribute, its setting) for every field, in declaration order."""
+    return [(f.name, cast(Setting, f.metadata["setting"])) for f in dataclasses.fields(Config)]
 
 
-def _integer(env: Mapping[str, str], name: str, default: int | None, *, minimum: int) -> int | None:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit():
-        raise ConfigError(f"{name}={raw!r} is not a whole number")
-    value = int(raw)
-    if value < minimum:
-        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
-    return value
-
-
-def _nats_urls(env: Mapping[str, str]) -> tuple[str, ...]:
-    raw = env.get("NATS_URL", "").strip() or "nats://127.0.0.1:4222"
-    urls = tuple(u.strip() for u in raw.split(",") if u.strip())
-    for url in urls:
-        if "://" not in url:
-            raise ConfigError(f"NATS_URL entry {url!r} has no scheme; expected nats://host:port")
-    return urls
+def _read(declared_setting: Setting, env: Mapping[str, str], before: Mapping[str, Any]) -> Any:
+    raw = env.get(declared_setting.env, "")
+    if raw.strip() and declared_setting.parse is not None:
+        return declared_setting.parse(declared_setting.env, raw)
+    if declared_setting.derive is not None:
+        return declared_setting.derive(before)
+    return declared_setting.default_value()
 
 
 def load(env: Mapping[str, str] | None = None) -> Config:
     """Read the configuration from `env` (default: the process environment)."""
     env = os.environ if env is None else env
-    node = env.get("PK_NODE_NAME", "").strip() or socket.gethostname()
-    if not node or len(node) > 253:
-        raise ConfigError(f"PK_NODE_NAME={node!r} must be 1 to 253 characters")
-    from partkeeper.faults import parse as parse_faults  # validated here, applied by faults
+    values: dict[str, Any] = {}
+    for name, declared_setting in declared():
+        values[name] = _read(declared_setting, env, values)
+    for other in ELSEWHERE:
+        _read(other, env, values)
+    return Config(**values)
 
-    parse_faults(env.get("PK_FAULTS", "").strip())
-    kubelet_dir = Path(env.get("PK_KUBELET_DIR") or "/var/lib/kubelet/device-plugins")
-    return Config(
-        nats_urls=_nats_urls(env),
-        nats_user=env.get("NATS_USER") or None,
-        nats_password=env.get("NATS_PASSWORD") or None,
-        nats_creds=env.get("NATS_CREDS") or None,
-        node=node,
-        kubeconfig=env.get("KUBECONFIG") or None,
-        kubelet_dir=kubelet_dir,
-        pod_resources_socket=Path(
-            env.get("PK_POD_RESOURCES_SOCKET") or "/var/lib/kubelet/pod-resources/kubelet.sock"
-        ),
-        pods_dir=Path(env.get("PK_PODS_DIR") or "/var/lib/partkeeper/pods"),
-        driver=_choice(env, "PK_DRIVER", "nvml", ("nvml", "sim")),  # type: ignore[arg-type]
-        sim_state=Path(env.get("PK_SIM_STATE") or "/var/lib/partkeeper/sim.json"),
-        foreign_policy=_choice(env, "PK_FOREIGN_POLICY", "keep", ("keep", "reap")),  # type: ignore[arg-type]
-        foreign_grace_seconds=_number(env, "PK_FOREIGN_GRACE_SECONDS", 300.0, minimum=0),
-        metrics_port=_integer(env, "PK_METRICS_PORT", None, minimum=0),
-        resync_seconds=_number(env, "PK_RESYNC_SECONDS", 10.0, minimum=0.05),
-        stream_replicas=_integer(env, "PK_STREAM_REPLICAS", 1, minimum=1) or 1,
-        slices_per_card=_integer(env, "PK_SLICES_PER_CARD", 4, minimum=1) or 4,
-        resource_prefix=env.get("PK_RESOURCE_PREFIX") or "nvidia.com/mig-",
-        sliced_resource=env.get("PK_SLICED_RESOURCE") or "nvidia.com/gpu.sliced",
-        device_list_strategy=_choice(  # type: ignore[arg-type]
-            env, "PK_DEVICE_LIST_STRATEGY", "envvar", ("envvar", "cdi")
-        ),
-        cdi_dir=Path(env.get("PK_CDI_DIR") or "/var/run/cdi"),
-        driver_root=Path(env.get("PK_DRIVER_ROOT") or "/"),
-        proc_root=Path(env.get("PK_PROC_ROOT") or "/proc"),
-        mode=_choice(env, "PK_MODE", "deviceplugin", ("deviceplugin", "dra")),  # type: ignore[arg-type]
-        # DRA mode's dirs default to siblings of the device-plugin dir, as kubelet lays them out.
-        kubelet_plugins_dir=Path(
-            env.get("PK_KUBELET_PLUGINS_DIR") or kubelet_dir.parent / "plugins"
-        ),
-        kubelet_registry_dir=Path(
-            env.get("PK_KUBELET_REGISTRY_DIR") or kubelet_dir.parent / "plugins_registry"
-        ),
-    )
+
+# -- the reference table ----------------------------------------------------------------------
+
+TABLE_BEGIN = "<!-- settings: generated by `python -m partkeeper.config --markdown` -->"
+TABLE_END = "<!-- end of settings -->"
+
+
+def markdown() -> str:
+    """The reference table of docs/configuration.md, between its markers."""
+    rows = [s for _, s in declared()] + list(ELSEWHERE)
+    lines = [TABLE_BEGIN, "| variable | meaning | default |", "|---|---|---|"]
+    lines += [f"| `{s.env}` | {s.doc} | {s.default_cell()} |" for s in rows]
+    lines.append(TABLE_END)
+    return "\n".join(lines) + "\n"
+
+
+def replace_table(document: str) -> str:
+    """`document` with the text between the table markers replaced by `markdown()`."""
+    begin, end = document.find(TABLE_BEGIN), document.find(TABLE_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"the document has no {TABLE_BEGIN!r} ... {TABLE_END!r} section")
+    return document[:begin] + markdown() + document[end + len(TABLE_END) + 1:]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m partkeeper.config",
+                                     description="The configuration reference.")
+    parser.add_argument("--markdown", action="store_true", help="print the reference table")
+    parser.add_argument("--update", type=Path, metavar="DOC",
+                        help="rewrite the table in DOC (docs/configuration.md) in place")
+    args = parser.parse_args(argv)
+    if args.update is not None:
+        args.update.write_text(replace_table(args.update.read_text()))
+    elif args.markdown:
+        sys.stdout.write(markdown())
+    else:
+        parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from partkeeper import faults
-from partkeeper.config import ConfigError, load
+from partkeeper import config, faults
+from partkeeper.config import Config, ConfigError, load
 from partkeeper.faults import FaultSpecError
 
 
@@ -53,6 +55,26 @@ def test_values_are_read() -> None:
 def test_bad_values_say_which_and_why(env: dict[str, str], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
         load({"PK_NODE_NAME": "n", **env})
+
+
+def test_the_reference_table_is_generated_from_the_declaration() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    assert config.replace_table(doc) == doc, (
+        "docs/configuration.md disagrees with partkeeper/config.py; run "
+        "`python -m partkeeper.config --update docs/configuration.md`")
+
+
+def test_every_setting_is_declared_once_and_load_gives_its_default() -> None:
+    names = [s.env for _, s in config.declared()] + [s.env for s in config.ELSEWHERE]
+    assert len(names) == len(set(names))
+    assert len(config.declared()) == len(dataclasses.fields(Config))
+    loaded, constructed = load({"PK_NODE_NAME": "n1"}), Config(node="n1")
+    assert loaded == constructed  # the dataclass and load() share one default per setting
+
+
+def test_an_empty_variable_means_the_default() -> None:
+    assert load({"PK_NODE_NAME": "n1", "PK_DRIVER": " ", "PK_RESYNC_SECONDS": ""}) == Config(
+        node="n1")
 
 
 @pytest.mark.parametrize(
