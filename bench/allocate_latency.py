@@ -111,7 +111,7 @@ async def run(calls: int, warmup: int, where: str) -> list[float]:
                         pod_resources_socket=directory / "absent.sock", driver="sim",
                         sim_state=directory / "sim.json")
         ready = asyncio.Event()
-        options = Options(driver=driver)  # type: ignore[arg-type]
+        options = Options(driver=driver)
         tasks.append(asyncio.create_task(serve_allocator(config, nc, ready=ready, options=options)))
         await asyncio.wait_for(ready.wait(), 30)
         samples = await _measure(js, config, driver, pending, warmup + calls)

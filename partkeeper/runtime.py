@@ -7,7 +7,8 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from nats.aio.client import Client
 
@@ -21,7 +22,7 @@ from partkeeper.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 
-ServiceBody = Callable[..., Awaitable[None]]  # body(config, nc, *, ready: asyncio.Event)
+ServiceBody = Callable[..., Coroutine[Any, Any, None]]  # body(config, nc, *, ready: asyncio.Event)
 
 
 def run(name: str, body: ServiceBody) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import msgspec
 
@@ -26,7 +26,13 @@ def encode(message: msgspec.Struct) -> bytes:
     return _encoder.encode(message)
 
 
-def decode(data: bytes | str, kind: type[T] | Any, *, what: str = "message") -> T:
+@overload
+def decode(data: bytes | str, kind: type[T], *, what: str = "message") -> T: ...
+@overload
+def decode(data: bytes | str, kind: Any, *, what: str = "message") -> Any: ...
+
+
+def decode(data: bytes | str, kind: Any, *, what: str = "message") -> Any:
     """Decode `data` as `kind` (a struct or a union of tagged structs), strictly.
 
     The version is checked before the body so that a newer producer gets a message saying so

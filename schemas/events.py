@@ -23,7 +23,7 @@ class _PodEventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type")
     observed_at: float
 
 
-class PodSeen(_PodEventBase, tag="PodSeen"):
+class PodSeen(_PodEventBase, frozen=True, tag="PodSeen"):
     """A Pod on this node appeared or changed in a field partkeeper cares about."""
 
     phase: PodPhase
@@ -32,13 +32,13 @@ class PodSeen(_PodEventBase, tag="PodSeen"):
     containers: list[ContainerRequest] = []
 
 
-class PodFinished(_PodEventBase, tag="PodFinished"):
+class PodFinished(_PodEventBase, frozen=True, tag="PodFinished"):
     """A Pod reached a terminal phase; its containers no longer run."""
 
     phase: PodPhase
 
 
-class PodGone(_PodEventBase, tag="PodGone"):
+class PodGone(_PodEventBase, frozen=True, tag="PodGone"):
     """The API server confirmed the Pod no longer exists, with the evidence."""
 
     evidence: GoneEvidence
@@ -53,7 +53,7 @@ class _PartitionEventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="
     at: float
 
 
-class ClaimChanged(_PartitionEventBase, tag="ClaimChanged"):
+class ClaimChanged(_PartitionEventBase, frozen=True, tag="ClaimChanged"):
     """A claim moved to `state` (removed: the claim is gone from the store)."""
 
     card: int
@@ -70,7 +70,7 @@ class ClaimChanged(_PartitionEventBase, tag="ClaimChanged"):
     reason: str = ""
 
 
-class DestroyFailed(_PartitionEventBase, tag="DestroyFailed"):
+class DestroyFailed(_PartitionEventBase, frozen=True, tag="DestroyFailed"):
     card: int
     claim_id: str
     pod_uid: str
@@ -80,7 +80,7 @@ class DestroyFailed(_PartitionEventBase, tag="DestroyFailed"):
     attempts: int
 
 
-class ForeignFound(_PartitionEventBase, tag="ForeignFound"):
+class ForeignFound(_PartitionEventBase, frozen=True, tag="ForeignFound"):
     """A physical instance that no claim describes: counted occupied, never destroyed by default."""
 
     card: int
@@ -90,18 +90,18 @@ class ForeignFound(_PartitionEventBase, tag="ForeignFound"):
     size: int
 
 
-class ForeignGone(_PartitionEventBase, tag="ForeignGone"):
+class ForeignGone(_PartitionEventBase, frozen=True, tag="ForeignGone"):
     card: int
     instance_uuid: str
     reaped: bool
 
 
-class WorkdirCollected(_PartitionEventBase, tag="WorkdirCollected"):
+class WorkdirCollected(_PartitionEventBase, frozen=True, tag="WorkdirCollected"):
     pod_uid: str
     removed: list[str] = []
 
 
-class AllocateRefused(_PartitionEventBase, tag="AllocateRefused"):
+class AllocateRefused(_PartitionEventBase, frozen=True, tag="AllocateRefused"):
     """The allocator refused an Allocate; `reason` is the sentence kubelet was given."""
 
     resource: str

@@ -41,7 +41,9 @@ _EVEN4 = (0, 2, 4, 6)
 _EVEN3 = (0, 2, 4)
 
 
-def _model(name: str, memory_gb: int, p1: str, p1x2: str, p2: str, p3: str, p4: str, p7: str):
+def _model(
+    name: str, memory_gb: int, p1: str, p1x2: str, p2: str, p3: str, p4: str, p7: str
+) -> CardModel:
     profiles = (
         _profile(p1, 1, _ONE),
         _profile(p1x2, 2, _EVEN4),

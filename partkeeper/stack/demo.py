@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -307,7 +307,7 @@ async def track_reclaims(demo: Demo) -> None:
             await woken_or_timeout(woken, RECHECK_SECONDS)
 
 
-def _stamp(pending: list[PodTrack], instances: dict[str, object], claims: list[Claim],
+def _stamp(pending: list[PodTrack], instances: Mapping[str, object], claims: list[Claim],
            removed: dict[str, float]) -> None:
     """A partition's MIG UUID returns when a successor takes the same slot, so the claim's
     removal (which follows the confirmed destroy) also counts as evidence, at the time its

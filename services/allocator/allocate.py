@@ -169,7 +169,7 @@ class Allocator:
     async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
         claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
-        attributes = {"pk.resource": offer.resource, "pk.quantity": quantity}
+        attributes: dict[str, str | int] = {"pk.resource": offer.resource, "pk.quantity": quantity}
         # The watcher's `serve pods-pending` is this span's child: the request carries it.
         with _tracer.start_as_current_span("pod lookup", attributes=attributes) as span:
             try:

@@ -83,7 +83,9 @@ async def serve(
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:
-    driver = options.driver or await asyncio.to_thread(open_driver, config)
+    driver = options.driver
+    if driver is None:
+        driver = await asyncio.to_thread(open_driver, config)
     cards = await _cards(driver)
     js = nc.jetstream()
     claims_kv = await js.key_value(BUCKET_CLAIMS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from nats.aio.client import Client
 
@@ -54,7 +55,7 @@ async def serve(
             ready.set()
 
 
-async def _report_lag(runner: ConsumerRunner[object], period: float) -> None:
+async def _report_lag(runner: ConsumerRunner[Any], period: float) -> None:
     while True:
         sweep.honour_cancel()
         try:

@@ -18,9 +18,11 @@ Rules, in the order they are checked:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from schemas import PodEvent, PodFinished, PodGone, PodRecord, PodSeen
 from schemas.events import GoneEvidence
+from schemas.pods import PodState
 from services.watcher.pods import PodFacts, parse_rv
 
 
@@ -114,7 +116,7 @@ def _absent(node: str, record: PodRecord | None, seen: Absent, now: float) -> De
 def _seen(node: str, record: PodRecord | None, seen: Seen, now: float) -> Decision:
     pod = seen.pod
     evidence = f"{seen.source} at resourceVersion {pod.resource_version}"
-    state = "finished" if pod.terminal else "live"
+    state: PodState = "finished" if pod.terminal else "live"
     if record is None:
         new = _record_from(node, pod, state, evidence, now)
         return Decision(_seen_event(new, now), new, f"first seen {state}: {evidence}")
@@ -144,14 +146,16 @@ def _same_relevant(record: PodRecord, pod: PodFacts) -> bool:
     )
 
 
-def _record_from(node: str, pod: PodFacts, state: str, evidence: str, now: float) -> PodRecord:
+def _record_from(
+    node: str, pod: PodFacts, state: PodState, evidence: str, now: float
+) -> PodRecord:
     return PodRecord(
         node=node,
         uid=pod.uid,
         namespace=pod.namespace,
         name=pod.name,
         phase=pod.phase,
-        state=state,  # type: ignore[arg-type]
+        state=state,
         deleting=pod.deleting,
         created=pod.created,
         containers=list(pod.containers),
@@ -181,8 +185,19 @@ def _tombstone(
     )
 
 
+class _Identity(TypedDict):
+    """The fields every Pod event carries, taken from the record."""
+
+    node: str
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    observed_at: float
+
+
 def _seen_event(record: PodRecord, now: float) -> PodEvent:
-    common = {
+    common: _Identity = {
         "node": record.node,
         "uid": record.uid,
         "namespace": record.namespace,

@@ -118,8 +118,8 @@ def from_get(
     metadata = answer.get("metadata") if isinstance(answer, dict) else None
     other = metadata.get("uid") if isinstance(metadata, dict) else None
     # Only a well-formed other UID is evidence; an odd one is a malformed object, skipped below.
-    if _is_uid(other) and other != record.uid:
-        rv = metadata.get("resourceVersion")  # type: ignore[union-attr]
+    if _is_uid(other) and other != record.uid and isinstance(metadata, dict):
+        rv = metadata.get("resourceVersion")
         rv_text = rv if isinstance(rv, str) else ""
         detail = f"GET {where} returned another Pod, uid {other!r} at resourceVersion {rv_text}"
         return Readings(observations=[Absent(record.uid, "get-other-uid", rv_text, detail)])

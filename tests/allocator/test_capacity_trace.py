@@ -32,7 +32,7 @@ class Passes(Recompute):
 
     def __init__(self) -> None:
         ctx: Any = SimpleNamespace(changes=Changes(), allocating=0, idle=asyncio.Event())
-        super().__init__(ctx, {}, None)  # type: ignore[arg-type]
+        super().__init__(ctx, {}, None)  # type: ignore[arg-type]  # a stand-in context, not a full Context
         self.reads = 0
         self.hold: dict[int, asyncio.Event] = {}
         self.ok = True

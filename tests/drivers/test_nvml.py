@@ -345,7 +345,7 @@ def test_open_driver_picks_the_configured_driver(fake_nvml: FakeNvml, tmp_path: 
     assert not (tmp_path / "s.json").exists()  # opening touches nothing
     assert isinstance(open_driver(Config(driver="nvml")), NvmlDriver)
     with pytest.raises(ValueError):
-        open_driver(Config(driver="cuda"))  # type: ignore[arg-type]
+        open_driver(Config(driver="cuda"))  # type: ignore[arg-type]  # an invalid driver name on purpose
 
 
 def test_the_package_imports_without_pynvml() -> None:

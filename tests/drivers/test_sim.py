@@ -168,9 +168,9 @@ def test_injected_failures_count_down(sim_path: Path) -> None:
 def test_bad_fault_requests_are_refused(sim_path: Path, op: str, times: int, error: str) -> None:
     before = sim_path.read_bytes()
     with pytest.raises(ValueError):
-        SimDriver(sim_path).fail(op, times, error)  # type: ignore[arg-type]
+        SimDriver(sim_path).fail(op, times, error)  # type: ignore[arg-type]  # invalid arguments on purpose
     with pytest.raises(ValueError):
-        SimDriver(sim_path).latency("list", 5)  # type: ignore[arg-type]
+        SimDriver(sim_path).latency("list", 5)  # type: ignore[arg-type]  # invalid arguments on purpose
     assert sim_path.read_bytes() == before
 
 

@@ -106,7 +106,7 @@ class FakeWatcher:
         state = self.states.get(body.uid, "unknown")
         if state == "error":
             raise RuntimeError("the watcher's test double was told to fail")
-        return PodsGetReply(uid=body.uid, state=state, evidence="test table")  # type: ignore[arg-type]
+        return PodsGetReply(uid=body.uid, state=state, evidence="test table")  # type: ignore[arg-type]  # the table's state as a plain str
 
     async def start(self) -> FakeWatcher:
         self.service = await bus.serve(

@@ -21,11 +21,11 @@ def pod(*containers: ContainerListing, others: tuple[Entry, ...] = ()) -> PodLis
 
 def c(name: str, *, descriptors: tuple[str, ...] = (), sliced: str = "absent",
       others: tuple[Entry, ...] = ()) -> ContainerListing:
-    return ContainerListing(f"c-{name}", name, descriptors, sliced, others)  # type: ignore[arg-type]
+    return ContainerListing(f"c-{name}", name, descriptors, sliced, others)  # type: ignore[arg-type]  # the Literal passed as a plain str
 
 
 def said(state: str, uid: str = UID) -> PodsGetReply:
-    return PodsGetReply(uid=uid, state=state, evidence="table")  # type: ignore[arg-type]
+    return PodsGetReply(uid=uid, state=state, evidence="table")  # type: ignore[arg-type]  # the Literal passed as a plain str
 
 
 def claims(*states: str, uid: str = UID) -> ClaimsReply:

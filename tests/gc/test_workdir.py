@@ -37,20 +37,20 @@ def mode(path: Path) -> int:
 @pytest.mark.parametrize("bad", BAD_UIDS)
 def test_a_bad_uid_is_refused_before_any_path_exists(root: Path, bad: object) -> None:
     with pytest.raises(InvalidName, match="refusing to build a path"):
-        workdir.write_descriptor(root, bad, "main", "MIG-1", b"{}")  # type: ignore[arg-type]
+        workdir.write_descriptor(root, bad, "main", "MIG-1", b"{}")  # type: ignore[arg-type]  # bad input on purpose
     with pytest.raises(InvalidName):
-        workdir.pod_dir(root, bad)  # type: ignore[arg-type]
+        workdir.pod_dir(root, bad)  # type: ignore[arg-type]  # bad input on purpose
     with pytest.raises(InvalidName):
-        workdir.scan_pod(root, bad)  # type: ignore[arg-type]
+        workdir.scan_pod(root, bad)  # type: ignore[arg-type]  # bad input on purpose
     with pytest.raises(InvalidName):
-        workdir.collect_sliced(root, bad, "main")  # type: ignore[arg-type]
+        workdir.collect_sliced(root, bad, "main")  # type: ignore[arg-type]  # bad input on purpose
     assert not root.exists()
 
 
 @pytest.mark.parametrize("bad", BAD_CONTAINERS)
 def test_a_container_name_must_be_a_dns_label(root: Path, bad: object) -> None:
     with pytest.raises(InvalidName, match="DNS-1123"):
-        workdir.write_sliced(root, GOOD_UID, bad, {})  # type: ignore[arg-type]
+        workdir.write_sliced(root, GOOD_UID, bad, {})  # type: ignore[arg-type]  # bad input on purpose
     assert not root.exists()
 
 

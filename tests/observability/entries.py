@@ -15,7 +15,7 @@ def claim(state: str, **fields: object) -> ClaimChanged:
         instance_uuid=MIG, reason="",
     )
     base.update(fields)
-    return ClaimChanged(**base)  # type: ignore[arg-type]
+    return ClaimChanged(**base)  # type: ignore[arg-type]  # fields merged in a dict[str, object]
 
 
 def destroy_failed(**fields: object) -> DestroyFailed:
@@ -24,7 +24,7 @@ def destroy_failed(**fields: object) -> DestroyFailed:
         reason="in_use", message="a process holds the instance", attempts=3,
     )
     base.update(fields)
-    return DestroyFailed(**base)  # type: ignore[arg-type]
+    return DestroyFailed(**base)  # type: ignore[arg-type]  # fields merged in a dict[str, object]
 
 
 def refused(**fields: object) -> AllocateRefused:
@@ -34,4 +34,4 @@ def refused(**fields: object) -> AllocateRefused:
         name="train-0",
     )
     base.update(fields)
-    return AllocateRefused(**base)  # type: ignore[arg-type]
+    return AllocateRefused(**base)  # type: ignore[arg-type]  # fields merged in a dict[str, object]

@@ -62,8 +62,8 @@ def test_a_span_from_headers_continues_their_trace() -> None:
             f"{consumer.get_span_context().span_id:016x}",
         )
     assert consumer.get_span_context().trace_id == publisher.get_span_context().trace_id
-    assert consumer.parent is not None  # type: ignore[attr-defined]
-    assert consumer.parent.span_id == publisher.get_span_context().span_id  # type: ignore[attr-defined]
-    assert consumer.kind is SpanKind.CONSUMER  # type: ignore[attr-defined]
+    assert consumer.parent is not None  # type: ignore[attr-defined]  # the SDK's ReadableSpan behind the API Span type
+    assert consumer.parent.span_id == publisher.get_span_context().span_id  # type: ignore[attr-defined]  # the SDK's ReadableSpan behind the API Span type
+    assert consumer.kind is SpanKind.CONSUMER  # type: ignore[attr-defined]  # the SDK's ReadableSpan behind the API Span type
     assert tracing.trace_id_of({}) is None
     assert tracing.trace_id_of({"traceparent": "garbage"}) is None

@@ -63,7 +63,7 @@ async def start_reclaimer(nc: Client, js, config: Config) -> AsyncIterator[Start
 
     async def start(tuning: Tuning = FAST, **overrides: object) -> asyncio.Task[None]:
         ready = asyncio.Event()
-        cfg = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
+        cfg = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]  # Config overrides pass through as **kw
         task = asyncio.create_task(serve(cfg, nc, ready=ready, tuning=tuning))
         tasks.append(task)
         waiter = asyncio.create_task(ready.wait())

@@ -181,7 +181,7 @@ class Hands:
 
     async def allocate(self, uid: str, **kw: object) -> tuple[Claim, Instance]:
         """Write-ahead claim, create, activate, descriptor: what a successful Allocate leaves."""
-        claim = await self.begin(uid, **kw)  # type: ignore[arg-type]
+        claim = await self.begin(uid, **kw)  # type: ignore[arg-type]  # claim fields pass through as **kw
         inst = await self.create(claim)
         live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
         await self.store.update(claim.card,

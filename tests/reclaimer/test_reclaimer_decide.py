@@ -75,7 +75,7 @@ TABLE = [
 @pytest.mark.parametrize(("claim_", "seen", "pod", "step"), [row[1:] for row in TABLE],
                          ids=[row[0] for row in TABLE])
 def test_decision_table(claim_: Claim, seen: Sighting, pod: str, step: Step) -> None:
-    chosen = decide(claim_, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+    chosen = decide(claim_, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
     assert chosen.step is step, chosen.why
     assert chosen.why
     if step is Step.DESTROY:
@@ -100,8 +100,8 @@ verdicts = st.sampled_from(["live", "finished", "gone", "unknown", "no-answer"])
 def test_decisions_never_destroy_what_they_should_not(c: Claim, listing, pod: str) -> None:
     doc = CardClaims(node="n", card=0, claims={c.id: c})
     seen = sighting(doc, c.id, listing)
-    chosen = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
-    assert chosen == decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+    chosen = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
+    assert chosen == decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
     if c.state not in ("creating", "active", "releasing"):
         assert chosen.step is Step.REFUSE
         return
@@ -131,9 +131,9 @@ def test_a_claim_is_released_only_towards_removal(c: Claim, pod: str) -> None:
     """Releasing is where every path ends up, and nothing but RELEASE leaves creating/active."""
     released = msgspec.structs.replace(c, state="releasing")
     for seen in (PRESENT, ABSENT, UNLISTED):
-        first = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+        first = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
         if c.state in ("creating", "active"):
             assert first.step in (Step.KEEP, Step.RELEASE)
-        after = decide(released, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]
+        after = decide(released, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
         if c.state in ("creating", "active", "releasing"):
             assert after.step in (Step.WAIT, Step.DESTROY, Step.REMOVE)

@@ -102,13 +102,13 @@ async def test_only_the_watcher_publishes_pod_events(server: NatsServer) -> None
     for service in ("allocator", "reclaimer", "gc"):
         session = await as_user(server, service)
         try:
-            await session.nc.publish(subject, b"{}")  # type: ignore[union-attr]
+            await session.nc.publish(subject, b"{}")  # type: ignore[union-attr]  # the session is connected by then
             assert await session.refused("publish", subject), (service, session.errors)
         finally:
             await session.close()
     watcher = await as_user(server, "watcher")
     try:
-        await watcher.nc.publish(subject, b"{}")  # type: ignore[union-attr]
+        await watcher.nc.publish(subject, b"{}")  # type: ignore[union-attr]  # the session is connected by then
         assert not await watcher.refused("publish", subject, ALLOWED_SECONDS), watcher.errors
     finally:
         await watcher.close()
@@ -118,13 +118,13 @@ async def test_the_gc_cannot_publish_partition_events_nor_reclaim(server: NatsSe
     gc = await as_user(server, "gc")
     try:
         for subject in (f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.1"):
-            await gc.nc.publish(subject, b"{}")  # type: ignore[union-attr]
+            await gc.nc.publish(subject, b"{}")  # type: ignore[union-attr]  # the session is connected by then
             assert await gc.refused("publish", subject), gc.errors
         with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
-            await gc.nc.request(f"pk.{NODE}.reclaim.now", b"{}", timeout=1.0)  # type: ignore[union-attr]
+            await gc.nc.request(f"pk.{NODE}.reclaim.now", b"{}", timeout=1.0)  # type: ignore[union-attr]  # the session is connected by then
         assert await gc.refused("publish", f"pk.{NODE}.reclaim.now"), gc.errors
         # What it may do: announce a collected working directory on the node-scope subject.
-        await gc.nc.publish(f"pk.parts.{NODE}.node", b"{}")  # type: ignore[union-attr]
+        await gc.nc.publish(f"pk.parts.{NODE}.node", b"{}")  # type: ignore[union-attr]  # the session is connected by then
         assert not await gc.refused("publish", f"pk.parts.{NODE}.node", ALLOWED_SECONDS), gc.errors
     finally:
         await gc.close()
@@ -137,11 +137,11 @@ async def test_a_node_user_cannot_reach_another_nodes_subjects(server: NatsServe
     try:
         for subject in (f"pk.pods.{OTHER}.*", f"pk.parts.{OTHER}.*", f"pk.{OTHER}.pods.get",
                         f"pk.{OTHER}.reclaim.now", f"pk.{OTHER}.claims.query"):
-            await session.nc.subscribe(subject)  # type: ignore[union-attr]
+            await session.nc.subscribe(subject)  # type: ignore[union-attr]  # the session is connected by then
             assert await session.refused("subscription", subject), (service, session.errors)
         durable = f"{service}-pk_pods-{OTHER}"
         api = f"$JS.API.CONSUMER.CREATE.PK_PODS.{durable}.pk.pods.{OTHER}.*"
-        await session.nc.publish(api, b"{}")  # type: ignore[union-attr]
+        await session.nc.publish(api, b"{}")  # type: ignore[union-attr]  # the session is connected by then
         assert await session.refused("publish", api), (service, session.errors)
     finally:
         await session.close()

@@ -25,14 +25,14 @@ MAIN = (ContainerRequest(name="main", requests={"nvidia.com/mig-1g.10gb": 1}),)
 
 def facts(rv: int, phase: str = "Pending", *, deleting: bool = False,
           containers: tuple[ContainerRequest, ...] = MAIN) -> PodFacts:
-    return PodFacts(uid=UID, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]
+    return PodFacts(uid=UID, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
                     deleting=deleting, created="2026-01-01T00:00:00Z", containers=containers,
                     resource_version=str(rv), rv=rv)
 
 
 def record(state: str, rv: str = "5", phase: str = "Pending") -> PodRecord:
-    return PodRecord(node=NODE, uid=UID, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]
-                     state=state, created="2026-01-01T00:00:00Z",  # type: ignore[arg-type]
+    return PodRecord(node=NODE, uid=UID, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
+                     state=state, created="2026-01-01T00:00:00Z",  # type: ignore[arg-type]  # the Literal passed as a plain str
                      containers=list(MAIN), resource_version=rv, evidence="test",
                      gone_evidence="deleted" if state == "gone" else None, updated_at=0)
 
@@ -112,7 +112,7 @@ def test_gone_names_its_evidence_and_version(observation: Observation, evidence:
     decision = decide(NODE, record("live"), observation, now=1.0)
     assert decision.record is not None and decision.event is not None
     assert decision.record.gone_evidence == evidence
-    assert decision.event.evidence == evidence  # type: ignore[union-attr]
+    assert decision.event.evidence == evidence  # type: ignore[union-attr]  # the Literal passed as a plain str
     assert decision.record.resource_version == rv  # a 404 rests on the last version seen
 
 

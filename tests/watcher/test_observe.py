@@ -35,8 +35,8 @@ def rec(uid: str, name: str, rv: str = "5", state: str = "live", *, phase: str =
         created: str = "2026-01-01T00:00:00Z", deleting: bool = False,
         requests: dict[str, int] | None = None) -> PodRecord:
     return PodRecord(
-        node=NODE, uid=uid, namespace="ns", name=name, phase=phase,  # type: ignore[arg-type]
-        state=state, deleting=deleting, created=created,  # type: ignore[arg-type]
+        node=NODE, uid=uid, namespace="ns", name=name, phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
+        state=state, deleting=deleting, created=created,  # type: ignore[arg-type]  # the Literal passed as a plain str
         containers=[ContainerRequest(name="main", requests=requests or {})],
         resource_version=rv, evidence="test", updated_at=0,
     )

@@ -25,7 +25,7 @@ def uid() -> str:
 
 
 def facts(uid: str, rv: int, phase: str = "Pending") -> PodFacts:
-    return PodFacts(uid=uid, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]
+    return PodFacts(uid=uid, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
                     deleting=False, created="2026-01-01T00:00:00Z",
                     containers=(ContainerRequest(name="main"),), resource_version=str(rv), rv=rv)
 

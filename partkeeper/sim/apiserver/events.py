@@ -55,13 +55,13 @@ def from_core(core: dict[str, Any]) -> dict[str, Any]:
     for new, old in _RENAMED.items():
         if old in core:
             event[new] = copy.deepcopy(core[old])
-    source = core.get("source") if isinstance(core.get("source"), dict) else {}
+    source = found if isinstance(found := core.get("source"), dict) else {}
     event.setdefault("reportingController", source.get("component", ""))
     event.setdefault("reportingInstance", source.get("host", ""))
     if not event.get("eventTime"):
         # The real server shows null here for Events posted through core v1, which the
         # client's EventsV1Event model refuses; the creation time keeps such Events listable.
-        metadata = core.get("metadata") if isinstance(core.get("metadata"), dict) else {}
+        metadata = found if isinstance(found := core.get("metadata"), dict) else {}
         created = str(metadata.get("creationTimestamp", "1970-01-01T00:00:00Z"))
         event["eventTime"] = created.replace("Z", ".000000Z")
     return event

@@ -217,7 +217,7 @@ class Resource:
 
     async def bind(self, request: web.Request) -> web.StreamResponse:
         body = _object_body(await _body(request))
-        target = body.get("target") if isinstance(body.get("target"), dict) else {}
+        target = found if isinstance(found := body.get("target"), dict) else {}
         if not target.get("name"):
             raise BadRequest("a binding needs target.name")
         self.store.bind(self._namespace(request), request.match_info["name"], target["name"])

@@ -204,8 +204,8 @@ def _take(target: dict[str, Any], source: dict[str, Any], key: str) -> None:
 
 def grace_seconds(pod: dict[str, Any], requested: int | None) -> int:
     """The deletion grace period of a Pod, as the real Pod strategy computes it."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    spec = found if isinstance(found := pod.get("spec"), dict) else {}
+    status = found if isinstance(found := pod.get("status"), dict) else {}
     period = requested
     if period is None:
         period = spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)

@@ -11,6 +11,7 @@ import functools
 import logging
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from . import discovery, events, resource
 from .errors import ApiError, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable
@@ -122,7 +123,7 @@ async def _ok(_: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def _middleware(state: ServerState) -> web.middleware:  # type: ignore[valid-type]
+def _middleware(state: ServerState) -> Middleware:
     @web.middleware
     async def handle(request: web.Request, handler: Handler) -> web.StreamResponse:
         if state.unavailable:

@@ -130,7 +130,9 @@ def _labels_of(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _split_label_terms(text: str) -> list[str]:
     # Commas inside "in (a,b)" separate values, not requirements.
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         depth += {"(": 1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:

@@ -10,6 +10,7 @@ Every change goes through `_commit`, the one writer: it assigns the next resourc
 
 from __future__ import annotations
 
+import builtins
 import copy
 from collections import deque
 from collections.abc import Callable
@@ -121,11 +122,13 @@ class Store:
 
     def list(
         self, resource: str, namespace: str | None, selector: Selector
-    ) -> tuple[list[Any], str]:
+    ) -> tuple[builtins.list[Any], str]:
         """Matching objects ordered by (namespace, name), and the collection's resourceVersion."""
         return copy.deepcopy(self.snapshot(resource, namespace, selector)), str(self._rv)
 
-    def snapshot(self, resource: str, namespace: str | None, selector: Selector) -> list[Any]:
+    def snapshot(
+        self, resource: str, namespace: str | None, selector: Selector
+    ) -> builtins.list[Any]:
         """Matching objects, uncopied: for callers that only serialise them."""
         items = sorted(self._objects[resource].items())
         return [
@@ -134,7 +137,7 @@ class Store:
             if (namespace is None or ns == namespace) and _matches(selector, obj)
         ]
 
-    def changes_since(self, resource: str, rv: int) -> list[Change]:
+    def changes_since(self, resource: str, rv: int) -> builtins.list[Change]:
         """Changes of `resource` after `rv`; Expired when some were dropped from the history."""
         if rv < self._compacted:
             raise Expired(f"too old resource version: {rv} ({self._compacted})")

@@ -98,13 +98,14 @@ class ClusterPodSource:
         while True:
             try:
                 if rv is None:
-                    rv, listed = await asyncio.to_thread(self._list)
+                    listed_at, listed = await asyncio.to_thread(self._list)
+                    rv = listed_at
                     for event in relist_events(self._known, listed):
                         yield event
-                async for event, seen in self._watch(rv):
+                async for change, seen in self._watch(rv):
                     rv = seen
-                    if event is not None:
-                        yield event
+                    if change is not None:
+                        yield change
             except WatchExpired:
                 log.info("watch of Pods on %s expired; listing again", self._node)
                 rv = None

@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -114,7 +115,7 @@ class Endpoint:
         request = pb.PreStartContainerRequest(devices_ids=ids)
         await self._call("PreStartContainer", request, PRE_START_TIMEOUT_SECONDS)
 
-    async def _call(self, method: str, request: object, timeout: float | None = None) -> object:
+    async def _call(self, method: str, request: object, timeout: float | None = None) -> Any:
         stub = self._require_stub()
         try:
             return await getattr(stub, method)(request, timeout=timeout,
