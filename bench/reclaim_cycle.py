@@ -101,7 +101,7 @@ async def rig(stack: Stack, options: Options) -> AsyncIterator[Rig]:
     finally:
         await health.stop()
         hardware.stop()
-        watch.stop()
+        await watch.stop()
         await observer.stop()
         kube.close()
 

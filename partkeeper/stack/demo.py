@@ -282,7 +282,7 @@ async def run(stack: Stack, view: View) -> Outcome:
         tracker.cancel()
         await asyncio.gather(tracker, return_exceptions=True)
         await view.stop()
-        watch.stop()
+        await watch.stop()
         await observer.stop()
         kube.close()
     return Outcome(list(observer.pods.values()), len(observer.foreign_seen), demo.busy,

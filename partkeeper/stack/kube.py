@@ -1,7 +1,8 @@
 """The demo's Kubernetes side, through the real `kubernetes` client: Pods, binding, a Pod watch.
 
-The client is synchronous: calls run in worker threads (`asyncio.to_thread`), and the watch is
-read by a daemon thread that hands each event, stamped with the time it arrived, to the loop.
+The client is synchronous: calls run in worker threads (`asyncio.to_thread`), and the Pod watch
+is `partkeeper.listwatch.ListWatch` (the one the watcher and the simulated kubelet use), each
+event stamped with the time it arrived.
 """
 
 from __future__ import annotations
@@ -10,22 +11,23 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+
+from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 
 log = logging.getLogger(__name__)
 
 NAMESPACE = "partkeeper-demo"
 WATCH_SECONDS = 5  # each watch request ends this often, so the thread notices it should stop
-_GONE = 410
+STOP_SECONDS = 2.0  # how long a stopped watch thread may take to leave the client
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,60 +104,55 @@ class PodWatch:
     def __init__(self, kube: Kube, deliver: Callable[[PodChange], None]) -> None:
         self._api = kube.api
         self._deliver = deliver
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._listwatch: ListWatch[list[dict[str, Any]]] = ListWatch(
+            self._list, self._watch_call, timeout_seconds=WATCH_SECONDS)
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, args=(loop,), name="demo pod watch",
-                                        daemon=True)
-        self._thread.start()
+        self._task = asyncio.create_task(self._run(), name="demo pod watch")
 
-    def stop(self) -> None:
-        self._stop.set()
+    async def stop(self) -> None:
+        self._listwatch.stop()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for thread in list(self._listwatch.threads):  # out of the client before it is closed
+            await asyncio.to_thread(thread.join, STOP_SECONDS)
 
-    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        rv: str | None = None
-        while not self._stop.is_set():
+    async def _run(self) -> None:
+        while True:
             try:
-                rv = self._list(loop) if rv is None else self._follow(loop, rv)
-            except (ApiException, HTTPError, OSError) as exc:
-                rv = None  # 410 Gone or any failure: list afresh
-                if isinstance(exc, ApiException) and exc.status == _GONE:
-                    continue
-                if not self._stop.is_set():
-                    log.warning("demo Pod watch failed: %s; listing again", exc)
-                    self._stop.wait(0.5)
+                async with contextlib.aclosing(self._listwatch.items()) as items:
+                    async for item in items:
+                        self._hand(item)
+            except Expired:
+                continue  # list afresh at once
+            except (WatchFailed, ApiException, HTTPError, OSError, EndedAtOnce) as exc:
+                log.warning("demo Pod watch failed: %s; listing again", exc)
+                self._listwatch.resume_from = None
+                await asyncio.sleep(0.5)
 
-    def _list(self, loop: asyncio.AbstractEventLoop) -> str:
-        resp = self._api.list_namespaced_pod(NAMESPACE, _preload_content=False)
+    async def _list(self) -> tuple[str, list[dict[str, Any]]]:
+        resp = await asyncio.to_thread(self._api.list_namespaced_pod, NAMESPACE,
+                                       _preload_content=False)
         body = json.loads(resp.data)
-        for item in body.get("items") or []:
-            self._hand(loop, "LISTED", item)
-        return str(body["metadata"]["resourceVersion"])
+        return str(body["metadata"]["resourceVersion"]), list(body.get("items") or [])
 
-    def _follow(self, loop: asyncio.AbstractEventLoop, rv: str) -> str:
-        stream = watch.Watch().stream(
-            self._api.list_namespaced_pod, NAMESPACE, resource_version=rv,
-            timeout_seconds=WATCH_SECONDS, allow_watch_bookmarks=True,
-        )
-        for event in stream:
-            if not isinstance(event, dict):
-                continue  # a line that is not JSON: the client yields it as None
-            obj = event.get("raw_object") or {}
-            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                self._hand(loop, str(event["type"]), obj)
-            if self._stop.is_set():
-                break
-        return rv
+    def _watch_call(self, **kwargs: Any) -> Any:
+        return self._api.list_namespaced_pod(NAMESPACE, **kwargs)
 
-    def _hand(self, loop: asyncio.AbstractEventLoop, kind: str, obj: dict[str, Any]) -> None:
-        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-        change = PodChange(
-            kind=kind, name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
-            phase=str(status.get("phase") or ""), reason=str(status.get("reason") or ""),
-            message=str(status.get("message") or ""), at=time.monotonic(),
-        )
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is listening
-            loop.call_soon_threadsafe(self._deliver, change)
+    def _hand(self, item: Listed[list[dict[str, Any]]] | Event) -> None:
+        if isinstance(item, Listed):
+            for obj in item.value:
+                self._deliver(_change("LISTED", obj, time.monotonic()))
+        elif item.type in ("ADDED", "MODIFIED", "DELETED") and isinstance(item.object, dict):
+            self._deliver(_change(item.type, item.object, item.at))
+
+
+def _change(kind: str, obj: dict[str, Any], at: float) -> PodChange:
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    return PodChange(
+        kind=kind, name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
+        phase=str(status.get("phase") or ""), reason=str(status.get("reason") or ""),
+        message=str(status.get("message") or ""), at=at,
+    )

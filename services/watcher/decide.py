@@ -18,7 +18,7 @@ Rules, in the order they are checked:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any
 
 from schemas import PodEvent, PodFinished, PodGone, PodRecord, PodSeen
 from schemas.events import GoneEvidence
@@ -185,19 +185,8 @@ def _tombstone(
     )
 
 
-class _Identity(TypedDict):
-    """The fields every Pod event carries, taken from the record."""
-
-    node: str
-    uid: str
-    namespace: str
-    name: str
-    resource_version: str
-    observed_at: float
-
-
 def _seen_event(record: PodRecord, now: float) -> PodEvent:
-    common: _Identity = {
+    common: dict[str, Any] = {  # the fields every Pod event carries
         "node": record.node,
         "uid": record.uid,
         "namespace": record.namespace,

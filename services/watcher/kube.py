@@ -1,9 +1,9 @@
 """Everything partkeeper says to the Kubernetes API server, in one place.
 
 The `kubernetes` client is blocking, so every call runs in a thread (`asyncio.to_thread`; the
-watch in its own thread, see stream.py). Answers are kept as plain JSON: the client's models
-refuse the malformed objects the watcher must see in order to skip them. Every request has a
-timeout, so no thread waits forever on a server that stopped answering.
+watch in its own thread, see partkeeper/listwatch.py). Answers are kept as plain JSON: the
+client's models refuse the malformed objects the watcher must see in order to skip them. Every
+request has a timeout, so no thread waits forever on a server that stopped answering.
 """
 
 from __future__ import annotations

@@ -14,16 +14,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Any
 
 from partkeeper.bus import backoff
+from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from partkeeper.telemetry import logs
 from services.watcher import observe
-from services.watcher.kube import Expired, Kube, KubeError, MalformedStream, as_kube_error
+from services.watcher.kube import Expired as KubeExpired
+from services.watcher.kube import Kube, KubeError, MalformedStream, as_kube_error
 from services.watcher.observe import Listing, Readings
 from services.watcher.pods import Resources, object_rv
-from services.watcher.stream import Ended, WatchRequest
 from services.watcher.tuning import Tuning
 from services.watcher.view import PodView, ViewError
 
@@ -37,41 +38,53 @@ class Sync:
         self.resources = resources
         self.tuning = tuning
         self.failures = 0  # consecutive failed attempts, for the backoff
-        # The version the next watch resumes from; None: LIST first.
-        self.resume_from: str | None = None
-        self._watch: WatchRequest | None = None
+        self.listwatch: ListWatch[Listing] = ListWatch(
+            self._list, kube.watch_call, timeout_seconds=tuning.watch_timeout_seconds,
+            request_timeout=(kube.request_timeout[0], tuning.request_timeout[1]),
+            threads=kube.watch_threads,
+        )
 
     async def run(self, ready: asyncio.Event | None = None) -> None:
         """LIST and WATCH until cancelled; `ready` is set after the first LIST is applied."""
         while True:
             try:
-                if self.resume_from is None:
-                    self.resume_from = await self.relist()
-                    if ready is not None:
-                        ready.set()
-                if await self._watch_once(self.resume_from):
-                    self.failures = 0
-                else:
-                    await self._back_off(f"the watch from resourceVersion {self.resume_from} "
-                                         "ended at once")
-            except Expired as exc:
-                self.resume_from = None
+                async with contextlib.aclosing(self.listwatch.items()) as items:
+                    async for item in items:
+                        if isinstance(item, Listed):
+                            await self.apply_listing(item.value)
+                            if ready is not None:
+                                ready.set()
+                        else:
+                            await self._handle(item)
+            except (Expired, KubeExpired) as exc:  # the watch's or a LIST's 410
+                self.listwatch.resume_from = None
                 await self._back_off(f"{exc}; listing again (the LIST observes what the lost "
                                      "history held)")
-            except MalformedStream as exc:
-                await self._back_off(f"skipped the rest of a watch: {exc}; it changes nothing, "
-                                     f"resuming from resourceVersion {self.resume_from}")
+            except EndedAtOnce as exc:
+                await self._back_off(str(exc))
+            except WatchFailed as exc:
+                doing = f"watch from resourceVersion {self.listwatch.resume_from}"
+                await self._watch_failed(as_kube_error(exc.error, doing))
             except KubeError as exc:
-                await self._back_off(
-                    f"API server unreachable or failing ({exc}); no Pod is declared gone meanwhile"
-                )
+                await self._unreachable(exc)
             except ViewError as exc:
-                self.resume_from = None
+                self.listwatch.resume_from = None
                 await self._back_off(f"{exc}; will LIST again")
 
+    async def _watch_failed(self, exc: KubeError) -> None:
+        if isinstance(exc, MalformedStream):
+            await self._back_off(f"skipped the rest of a watch: {exc}; it changes nothing, "
+                                 f"resuming from resourceVersion {self.listwatch.resume_from}")
+        else:
+            await self._unreachable(exc)
+
+    async def _unreachable(self, exc: KubeError) -> None:
+        await self._back_off(
+            f"API server unreachable or failing ({exc}); no Pod is declared gone meanwhile"
+        )
+
     def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.stop()
+        self.listwatch.stop()
 
     async def _back_off(self, why: str) -> None:
         self.failures += 1
@@ -89,6 +102,10 @@ class Sync:
         listing = await self.kube.list_pods()
         await self.apply_listing(listing)
         return listing.resource_version
+
+    async def _list(self) -> tuple[str, Listing]:
+        listing = await self.kube.list_pods()
+        return listing.resource_version, listing
 
     async def apply_listing(self, listing: Listing) -> None:
         readings = observe.from_list(
@@ -108,33 +125,12 @@ class Sync:
         for observation in readings.observations:
             await self.view.apply(observation)
 
-    async def _watch_once(self, rv: str) -> bool:
-        """One watch request from `rv`, moving `resume_from` along; returns whether it was
-        healthy (it delivered something, or lasted most of its timeout)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        watch = WatchRequest(self.kube, rv, timeout_seconds=self.tuning.watch_timeout_seconds,
-                             read_slack=self.tuning.request_timeout[1])
-        self._watch = watch.start()
-        delivered = False
-        try:
-            while True:
-                item = await watch.queue.get()
-                if isinstance(item, Ended):
-                    if item.error is not None:
-                        raise as_kube_error(item.error, f"watch from resourceVersion {rv}")
-                    return delivered or loop.time() - started >= watch.timeout_seconds / 2
-                delivered = True
-                if self.failures:
-                    log.info("watching again from resourceVersion %s", rv)
-                    self.failures = 0
-                await self._handle(item)
-        finally:
-            watch.stop()
-            self._watch = None
-
-    async def _handle(self, item: dict[str, Any] | None) -> None:
-        """Apply one watch item and move the resume point to its version."""
+    async def _handle(self, event: Event) -> None:
+        """Apply one watch item; the view has caught up with its version."""
+        if self.failures:
+            log.info("watching again from resourceVersion %s", self.listwatch.resume_from)
+            self.failures = 0
+        item = event.raw
         if item is None:
             log.warning("skipped a watch line that is not JSON; it changes nothing")
             return
@@ -144,5 +140,4 @@ class Sync:
             )
         reached = object_rv(item.get("object"))
         if reached is not None:
-            self.resume_from = str(reached)
-            self.view.caught_up(self.resume_from)
+            self.view.caught_up(str(reached))

@@ -63,7 +63,7 @@ class Workload:
         self._watch.start()
 
     async def stop(self) -> None:
-        self._watch.stop()
+        await self._watch.stop()
         await self.observer.stop()
         self.kube.close()
 

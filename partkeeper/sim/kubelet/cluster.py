@@ -1,8 +1,8 @@
 """`PodSource` on the Kubernetes API (the `kubernetes` client): list+watch, status, final delete.
 
-The client is synchronous, so each request runs in a worker thread and the watch stream is read
-by a daemon thread that hands lines to the event loop. Pods are decoded from the raw JSON
-(`pod_from_manifest`), the same parser the in-memory source uses.
+The client is synchronous, so each request runs in a worker thread; the list and watch are
+`partkeeper.listwatch.ListWatch`, the one the watcher and the demo use. Pods are decoded from the
+raw JSON (`pod_from_manifest`), the same parser the in-memory source uses.
 
 Semantics follow kubelet's: Pods are listed with `fieldSelector=spec.nodeName=<node>`, oldest
 first; the watch resumes from the last resourceVersion and a 410 Gone relists, reporting as
@@ -17,26 +17,20 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import HTTPError
 
+from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from partkeeper.sim.kubelet.pods import PodEvent, PodSpecError, PodView, pod_from_manifest
 
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
-_GONE = 410
-
-
-class WatchExpired(Exception):
-    """The watch's resourceVersion is too old (410 Gone): list again."""
 
 
 def relist_events(known: dict[str, PodView], listed: Iterable[PodView]) -> list[PodEvent]:
@@ -75,9 +69,12 @@ class ClusterPodSource:
     ) -> None:
         self._api = api
         self._node = node
-        self._watch_timeout = watch_timeout_seconds
         self._retry_delay = retry_delay
         self._known: dict[str, PodView] = {}
+        self._listwatch: ListWatch[list[PodView]] = ListWatch(
+            self._list, self._watch_call, timeout_seconds=watch_timeout_seconds,
+            request_timeout=(10.0, 30.0),
+        )
 
     @classmethod
     def from_kubeconfig(cls, node: str, kubeconfig: str | Path | None = None) -> ClusterPodSource:
@@ -94,88 +91,50 @@ class ClusterPodSource:
     # -- reading ---------------------------------------------------------------------------
 
     async def pods(self) -> AsyncIterator[PodEvent]:
-        rv: str | None = None
         while True:
             try:
-                if rv is None:
-                    listed_at, listed = await asyncio.to_thread(self._list)
-                    rv = listed_at
-                    for event in relist_events(self._known, listed):
-                        yield event
-                async for change, seen in self._watch(rv):
-                    rv = seen
-                    if change is not None:
-                        yield change
-            except WatchExpired:
+                async with contextlib.aclosing(self._listwatch.items()) as items:
+                    async for item in items:
+                        for event in self._events(item):
+                            yield event
+            except Expired:
                 log.info("watch of Pods on %s expired; listing again", self._node)
-                rv = None
-            except (ApiException, HTTPError, OSError) as exc:
+            except EndedAtOnce as exc:
+                log.warning("%s; watching again", exc)
+                await asyncio.sleep(self._retry_delay)
+            except (WatchFailed, ApiException, HTTPError, OSError) as exc:
                 log.warning("Pod list/watch on %s failed (%r); retrying", self._node, exc)
-                rv = None
+                self._listwatch.resume_from = None
                 await asyncio.sleep(self._retry_delay)
 
     def _selector(self) -> str:
         return f"spec.nodeName={self._node}"
 
-    def _list(self) -> tuple[str, list[PodView]]:
-        resp = self._api.list_pod_for_all_namespaces(
-            field_selector=self._selector(), _preload_content=False
+    async def _list(self) -> tuple[str, list[PodView]]:
+        resp = await asyncio.to_thread(
+            self._api.list_pod_for_all_namespaces,
+            field_selector=self._selector(), _preload_content=False,
         )
         body = json.loads(resp.data)
         views = [v for v in (_decode(item) for item in body.get("items") or []) if v]
         return str(body.get("metadata", {}).get("resourceVersion", "")), views
 
-    def _open_watch(self, rv: str) -> Any:
-        return self._api.list_pod_for_all_namespaces(
-            field_selector=self._selector(),
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            watch=True,
-            _preload_content=False,
-            _request_timeout=(10, self._watch_timeout + 30),
-        )
+    def _watch_call(self, **kwargs: Any) -> Any:
+        return self._api.list_pod_for_all_namespaces(field_selector=self._selector(), **kwargs)
 
-    async def _watch(self, rv: str) -> AsyncIterator[tuple[PodEvent | None, str]]:
-        """(event or None, resourceVersion) per watch line, until the server ends the watch."""
-        resp = await asyncio.to_thread(self._open_watch, rv)
-        loop = asyncio.get_running_loop()
-        lines: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        threading.Thread(
-            target=_pump, args=(resp, loop, lines), name="sim-kubelet watch", daemon=True
-        ).start()
-        try:
-            while True:
-                kind, item = await lines.get()
-                if kind == "end":
-                    return
-                if kind == "error":
-                    raise item
-                event, rv = self._on_line(item, rv)
-                yield event, rv
-        finally:
-            _close(resp)
-
-    def _on_line(self, line: str, rv: str) -> tuple[PodEvent | None, str]:
-        if not line.strip():
-            return None, rv
-        message = json.loads(line)
-        kind, obj = message.get("type"), message.get("object") or {}
-        if kind == "ERROR":
-            if obj.get("code") == _GONE:
-                raise WatchExpired(obj.get("message", ""))
-            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-        rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-        if kind not in ("ADDED", "MODIFIED", "DELETED"):
-            return None, rv  # BOOKMARK: only the resourceVersion matters
-        view = _decode(obj)
+    def _events(self, item: Listed[list[PodView]] | Event) -> list[PodEvent]:
+        if isinstance(item, Listed):
+            return relist_events(self._known, item.value)
+        if item.type not in ("ADDED", "MODIFIED", "DELETED") or not isinstance(item.object, dict):
+            return []  # BOOKMARK, or a line that is not JSON: only the resourceVersion matters
+        view = _decode(item.object)
         if view is None or (view.node and view.node != self._node):
-            return None, rv
-        if kind == "DELETED":
+            return []
+        if item.type == "DELETED":
             self._known.pop(view.uid, None)
-            return PodEvent("deleted", view), rv
+            return [PodEvent("deleted", view)]
         self._known[view.uid] = view
-        return PodEvent("upsert", view), rv
+        return [PodEvent("upsert", view)]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -211,34 +170,3 @@ class ClusterPodSource:
             if exc.status not in (404, 409):
                 raise
             log.info("%s on %s/%s: %s (ignored)", call.__name__, args[1], args[0], exc.status)
-
-
-def _pump(
-    resp: Any, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[tuple[str, Any]]
-) -> None:
-    """Thread body: hand each watch line to the loop, then "end" or the error."""
-
-    def put(kind: str, item: Any) -> None:
-        # RuntimeError: the loop is closed, nobody is listening any more.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(lines.put_nowait, (kind, item))
-
-    try:
-        for line in iter_resp_lines(resp):
-            put("line", line)
-    except Exception as exc:  # any read failure ends this watch; pods() decides what next
-        put("error", exc)
-    else:
-        put("end", None)
-
-
-def _close(resp: Any) -> None:
-    """Unblock the reading thread and release the connection."""
-    shutdown = getattr(resp, "shutdown", None)  # urllib3>=2.3 interrupts a blocked read
-    try:
-        if shutdown is not None:
-            shutdown()
-        resp.close()
-        resp.release_conn()
-    except Exception as exc:  # closing twice or a half-dead socket; nothing left to do
-        log.debug("closing the Pod watch: %r", exc)
