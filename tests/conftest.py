@@ -1,6 +1,6 @@
 """Fixtures, one per real component: the nats-server with JetStream (one per session), the
-simulated API server and its kubeconfig, the watcher in-process, the fake NVML library (built once:
-a process loads one libnvidia-ml.so.1); and the task-leak check."""
+simulated API server and its kubeconfig, the watcher in-process and as a process, the fake NVML
+library (built once: a process loads one libnvidia-ml.so.1); and the task-leak check."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from partkeeper.bus import ensure_topology
 from partkeeper.config import Config
 from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
 from partkeeper.stack.natsserver import NatsServer
+from schemas.names import pods_filter
 from services.watcher.main import serve
 from services.watcher.tuning import Tuning
 from tests_support import until
-from tests_support.watcher import FAST, RunningWatcher
+from tests_support.watcher import FAST, Published, RunningWatcher, WatcherProcess, spawn_watcher
 
 
 @pytest.fixture(scope="session")
@@ -133,3 +134,33 @@ async def start_watcher(
     yield start
     for watcher in running:
         await watcher.stop()
+
+
+@pytest.fixture
+async def watcher_process(
+    nats_server: NatsServer, node: str, kubeconfig: Path, tmp_path: Path
+) -> AsyncIterator[Callable[..., Any]]:
+    """Start `python -m services.watcher` with extra environment; every one still running at
+    the end is killed."""
+    started: list[WatcherProcess] = []
+
+    async def start(**env: str) -> WatcherProcess:
+        process = await spawn_watcher(
+            nats_url=nats_server.url, node=node, kubeconfig=kubeconfig,
+            log=tmp_path / f"watcher-{len(started)}.log", env=env,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        await process.kill()
+
+
+@pytest.fixture
+async def published(js: Any, node: str) -> AsyncIterator[Published]:
+    """Every Pod event on the node's subjects, with its headers, as the watcher publishes them."""
+    seen = Published()
+    sub = await js.subscribe(pods_filter(node), cb=seen.on_msg, ordered_consumer=True)
+    yield seen
+    await sub.unsubscribe()

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from dataclasses import replace
+from typing import Any
 
 import grpc
 import pytest
@@ -173,21 +174,28 @@ async def test_inv2_allocator_never_destroys_a_dead_holder_itself(nc, js, node) 
         assert [c.pod_uid for c in await n.claims()] == [a]
 
 
+async def released_during_create(n: Any, gate: Gate) -> str:
+    """A Pod whose claim the reclaimer releases (the Pod was deleted) while the driver's create
+    is parked in `gate`; the gate is open when this returns. Returns the Pod's UID."""
+    n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
+    a = await n.add_pod("a", {"main": {R1: 1}})
+
+    async def creating() -> bool:
+        return any(c.state == "creating" for c in await n.claims_of(a))
+
+    await until(creating, "the claim is written as creating")
+    await until(gate.entered.is_set, "the driver's create is in flight")
+    [claim] = await n.claims_of(a)
+    await n.watcher.gone(a)  # the Pod was deleted meanwhile; the reclaimer releases
+    await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
+    gate.open()
+    return str(a)
+
+
 async def test_inv2_released_during_create_is_undone_by_the_allocator(nc, js, node) -> None:
     gate = Gate()
     async with node_stack(nc, node, gate=gate) as n:
-        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
-        a = await n.add_pod("a", {"main": {R1: 1}})
-
-        async def creating() -> bool:
-            return any(c.state == "creating" for c in await n.claims_of(a))
-
-        await until(creating, "the claim is written as creating")
-        await until(gate.entered.is_set, "the driver's create is in flight")
-        [claim] = await n.claims_of(a)
-        await n.watcher.gone(a)  # the Pod was deleted meanwhile; the reclaimer releases
-        await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
-        gate.open()
+        a = await released_during_create(n, gate)
 
         await n.phase(a, "Failed")
         assert "declared gone while its partition was being created" in n.report(a)
@@ -286,19 +294,8 @@ async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
 async def test_inv2_an_undo_that_cannot_destroy_is_left_to_the_reclaimer(nc, js, node) -> None:
     gate = Gate()
     async with node_stack(nc, node, gate=gate) as n:
-        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
-        a = await n.add_pod("a", {"main": {R1: 1}})
-
-        async def creating() -> bool:
-            return any(c.state == "creating" for c in await n.claims_of(a))
-
-        await until(creating, "the claim is written as creating")
-        await until(gate.entered.is_set, "the driver's create is in flight")
-        [claim] = await n.claims_of(a)
-        n.driver.fail("destroy", 1)
-        await n.watcher.gone(a)
-        await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
-        gate.open()
+        n.driver.fail("destroy", 1)  # the allocator's undo will fail once
+        a = await released_during_create(n, gate)
 
         await n.phase(a, "Failed")
         [inst] = await n.instances()

@@ -4,31 +4,21 @@ trace context its Pod events carry, and its /metrics."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-from nats.js import JetStreamContext
-from observability.obs_harness import DEADLINE, Captured, scrape
+from observability.obs_harness import DEADLINE, scrape
 from observability.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 from partkeeper.sim.apiserver import ApiServerThread
 from partkeeper.stack.natsserver import free_port
 from partkeeper.telemetry import tracing
-from schemas.names import STREAM_PARTITIONS, durable_name, pods_filter
+from schemas.names import STREAM_PARTITIONS, durable_name
 from services.watcher.recorder import SERVICE
 from tests_support import until
 from tests_support.kubeclient import pod_manifest
+from tests_support.watcher import Published
 
 SPAN_KIND_PRODUCER = 4  # opentelemetry.proto.trace.v1.Span.SpanKind
-
-
-@pytest.fixture
-async def captured(js: JetStreamContext, node: str) -> AsyncIterator[Captured]:
-    seen = Captured()
-    sub = await js.subscribe(pods_filter(node), cb=seen.on_msg, ordered_consumer=True)
-    yield seen
-    await sub.unsubscribe()
 
 
 def otlp_env(receiver: OtlpReceiver, **extra: str) -> dict[str, str]:
@@ -41,13 +31,13 @@ def otlp_env(receiver: OtlpReceiver, **extra: str) -> dict[str, str]:
 
 
 async def delete_and_wait(
-    apiserver: ApiServerThread, captured: Captured, node: str, name: str
+    apiserver: ApiServerThread, published: Published, node: str, name: str
 ) -> tuple[str, dict[str, str]]:
     """Create a Pod, wait for its PodSeen, delete it; returns its UID and PodGone's headers."""
     uid = apiserver.create_pod(pod_manifest(name, node=node))["metadata"]["uid"]
-    await captured.wait_for(uid, "PodSeen")
+    await published.headers_of(uid, "PodSeen", DEADLINE)
     apiserver.delete_pod("default", name, grace_period_seconds=0)
-    return uid, await captured.wait_for(uid, "PodGone")
+    return uid, await published.headers_of(uid, "PodGone", DEADLINE)
 
 
 def is_span(uid: str, event: str) -> Any:
@@ -59,11 +49,11 @@ def is_span(uid: str, event: str) -> Any:
 
 
 async def test_the_watchers_spans_reach_the_collector_and_podgone_carries_their_trace(
-    apiserver: ApiServerThread, receiver: OtlpReceiver, spawn: Any, captured: Captured,
+    apiserver: ApiServerThread, receiver: OtlpReceiver, watcher_process: Any, published: Published,
     node: str,
 ) -> None:
-    watcher = await spawn(**otlp_env(receiver, OTEL_SERVICE_NAME="watcher-under-test"))
-    uid, headers = await delete_and_wait(apiserver, captured, node, "traced")
+    watcher = await watcher_process(**otlp_env(receiver, OTEL_SERVICE_NAME="watcher-under-test"))
+    uid, headers = await delete_and_wait(apiserver, published, node, "traced")
 
     seen = await receiver.wait_for_span(is_span(uid, "PodSeen"), DEADLINE)
     gone = await receiver.wait_for_span(is_span(uid, "PodGone"), DEADLINE)
@@ -79,35 +69,35 @@ async def test_the_watchers_spans_reach_the_collector_and_podgone_carries_their_
 
 
 async def test_spans_still_buffered_are_exported_when_the_watcher_stops(
-    apiserver: ApiServerThread, receiver: OtlpReceiver, spawn: Any, captured: Captured,
+    apiserver: ApiServerThread, receiver: OtlpReceiver, watcher_process: Any, published: Published,
     node: str,
 ) -> None:
     # A schedule delay far beyond the test: only the flush at shutdown can export them.
-    watcher = await spawn(**otlp_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000"))
-    uid, _ = await delete_and_wait(apiserver, captured, node, "flushed")
+    watcher = await watcher_process(**otlp_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000"))
+    uid, _ = await delete_and_wait(apiserver, published, node, "flushed")
     assert await watcher.terminate() == 0
     (gone,) = receiver.find(is_span(uid, "PodGone"))
     assert gone.service == "partkeeper-watcher"
 
 
 async def test_no_span_is_exported_when_the_exporter_is_none(
-    apiserver: ApiServerThread, receiver: OtlpReceiver, spawn: Any, captured: Captured,
+    apiserver: ApiServerThread, receiver: OtlpReceiver, watcher_process: Any, published: Published,
     node: str,
 ) -> None:
-    watcher = await spawn(**otlp_env(receiver, OTEL_TRACES_EXPORTER="none"))
-    _, headers = await delete_and_wait(apiserver, captured, node, "quiet")
+    watcher = await watcher_process(**otlp_env(receiver, OTEL_TRACES_EXPORTER="none"))
+    _, headers = await delete_and_wait(apiserver, published, node, "quiet")
     assert await watcher.terminate() == 0
     assert tracing.trace_id_of(headers) is not None, "context must travel even unexported"
     assert receiver.requests == 0
 
 
 async def test_pod_events_move_the_counter_on_metrics(
-    apiserver: ApiServerThread, spawn: Any, captured: Captured, node: str
+    apiserver: ApiServerThread, watcher_process: Any, published: Published, node: str
 ) -> None:
     port = free_port()
-    watcher = await spawn(PK_METRICS_PORT=str(port))
+    watcher = await watcher_process(PK_METRICS_PORT=str(port))
     uid = apiserver.create_pod(pod_manifest("counted", node=node))["metadata"]["uid"]
-    await captured.wait_for(uid, "PodSeen")
+    await published.headers_of(uid, "PodSeen", DEADLINE)
 
     def count(kind: str) -> float:
         return scrape(port).get(("partkeeper_pod_events_total", (("type", kind),)), 0.0)
@@ -118,7 +108,7 @@ async def test_pod_events_move_the_counter_on_metrics(
     await until(lambda: moved("PodSeen"), "PodSeen counted on /metrics", DEADLINE)
     assert await asyncio.to_thread(count, "PodGone") == 0
     apiserver.delete_pod("default", "counted", grace_period_seconds=0)
-    await captured.wait_for(uid, "PodGone")
+    await published.headers_of(uid, "PodGone", DEADLINE)
     await until(lambda: moved("PodGone"), "PodGone counted on /metrics", DEADLINE)
     samples = await asyncio.to_thread(scrape, port)
     durable = durable_name(SERVICE, node, STREAM_PARTITIONS)

@@ -5,15 +5,8 @@ node converges with nothing lost."""
 from __future__ import annotations
 
 import pytest
+from reliability import rel_harness as rh
 from reliability.nats_cluster import Cluster, cluster_root, remove
-from reliability.rel_harness import (
-    ADMITTED_AFTER,
-    PROGRESS_SECONDS,
-    admitted_more,
-    churning,
-    scene,
-    settle,
-)
 
 from partkeeper.stack.launch import SERVICES
 from schemas.names import STREAM_PODS
@@ -24,7 +17,7 @@ REPLICAS = "3"
 # Three servers, the simulated cluster and four services share two cores here: progress is bound
 # by a deadline twice the single-server one (a bound, not an expectation; once 7 of 8 cycles came
 # within 90 s under a concurrent load).
-CLUSTER_PROGRESS_SECONDS = 2 * PROGRESS_SECONDS
+CLUSTER_PROGRESS_SECONDS = 2 * rh.PROGRESS_SECONDS
 
 
 @pytest.mark.xfail(
@@ -38,18 +31,18 @@ async def test_cluster_loses_its_leader_mid_churn() -> None:
     try:
         await cluster.start()
         overrides = {name: {"PK_STREAM_REPLICAS": REPLICAS} for name in SERVICES}
-        async with scene(servers=cluster.servers, overrides=overrides) as sc:
+        async with rh.scene(servers=cluster.servers, overrides=overrides) as sc:
             info = await sc.rig.stack.nc.jetstream().stream_info(STREAM_PODS)
             assert info.config.num_replicas == int(REPLICAS)
             # A service that dies is started again, as Kubernetes would: what is checked here is
             # that nothing is lost; test_consumer_loss.py is about the services not dying.
             async with sc.rig.reviving():
-                churn = await churning(sc, seed=11)
+                churn = await rh.churning(sc, seed=11)
                 leader = await cluster.wait_leader()
                 await cluster.kill(leader)
                 assert await cluster.wait_leader(other_than=leader) != leader
-                await admitted_more(sc, churn, ADMITTED_AFTER, CLUSTER_PROGRESS_SECONDS)
-                await settle(sc, churn)
+                await rh.admitted_more(sc, churn, rh.ADMITTED_AFTER, CLUSTER_PROGRESS_SECONDS)
+                await rh.settle(sc, churn)
     finally:
         await cluster.stop()
         remove(root)

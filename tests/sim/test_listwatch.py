@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kubernetes import client
@@ -29,6 +30,19 @@ def listwatch(core: client.CoreV1Api) -> ListWatch[list[str]]:
         return core.list_namespaced_pod("default", **kwargs)
 
     return ListWatch(names, watch, timeout_seconds=30)
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    core: client.CoreV1Api, apiserver: ApiServerThread
+) -> AsyncIterator[tuple[ListWatch[list[str]], asyncio.Future[Any]]]:
+    """A list-watch whose LIST was taken and whose next item waits on the open watch."""
+    lw = listwatch(core)
+    async with contextlib.aclosing(lw.items()) as items:
+        assert isinstance(await anext(items), Listed)
+        pending = asyncio.ensure_future(anext(items))
+        await until(lambda: apiserver.open_watches() == 1, "the watch to open", DEADLINE)
+        yield lw, pending
 
 
 def added(item: Listed[list[str]] | Event) -> str | None:
@@ -81,24 +95,16 @@ async def test_a_lost_history_raises_expired_and_the_next_pass_lists_again(
 async def test_a_line_that_is_not_json_is_an_event_without_content(
     core: client.CoreV1Api, apiserver: ApiServerThread
 ) -> None:
-    lw = listwatch(core)
-    async with contextlib.aclosing(lw.items()) as items:
-        assert isinstance(await anext(items), Listed)
-        next_item = asyncio.ensure_future(anext(items))
-        await until(lambda: apiserver.open_watches() == 1, "the watch to open", DEADLINE)
+    async with watching(core, apiserver) as (_, next_item):
         assert apiserver.send_raw_watch_line("pods", "this is not json") == 1
         event = await asyncio.wait_for(next_item, DEADLINE)
-        assert isinstance(event, Event) and event.raw is None and event.type == ""
+    assert isinstance(event, Event) and event.raw is None and event.type == ""
 
 
 async def test_leaving_the_iteration_stops_the_watch_request(
     core: client.CoreV1Api, apiserver: ApiServerThread
 ) -> None:
-    lw = listwatch(core)
-    async with contextlib.aclosing(lw.items()) as items:
-        assert isinstance(await anext(items), Listed)
-        next_item = asyncio.ensure_future(anext(items))
-        await until(lambda: apiserver.open_watches() == 1, "the watch to open", DEADLINE)
+    async with watching(core, apiserver) as (lw, next_item):
         next_item.cancel()
         await asyncio.gather(next_item, return_exceptions=True)
     await until(lambda: apiserver.open_watches() == 0, "the watch to be closed", DEADLINE)
