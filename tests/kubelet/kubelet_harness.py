@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,20 +26,11 @@ from partkeeper.kubelet import (
     unix_target,
 )
 from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet
+from tests_support import short_tmpdir
 
 pb = deviceplugin_pb2
 DEADLINE = 10.0  # seconds any awaited condition may take before the test fails
 RESOURCE = "example.com/mig-1g.10gb"
-
-
-@contextlib.contextmanager
-def short_tmpdir() -> Iterator[Path]:
-    """A temp dir short enough for unix socket paths (about 107 bytes at most)."""
-    path = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class FakePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):

@@ -6,15 +6,15 @@ import contextlib
 import json
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from tests_support import short_tmpdir
 
 READY_DEADLINE = 120.0  # the whole stack on two busy cores
 STOP_DEADLINE = 60.0
@@ -22,14 +22,9 @@ DEMO_DEADLINE = 180.0
 READY_LINE = "partkeeper up: ready"
 
 
-@contextlib.contextmanager
-def short_workdir() -> Iterator[Path]:
-    """A temp dir short enough for the kubelet's unix sockets (about 107 bytes at most)."""
-    path = Path(tempfile.mkdtemp(prefix="pkst", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def short_workdir() -> contextlib.AbstractContextManager[Path]:
+    """A temp dir short enough for the kubelet's unix sockets."""
+    return short_tmpdir("pkst")
 
 
 def partkeeper(*args: str) -> list[str]:

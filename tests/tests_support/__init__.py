@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
-from collections.abc import Awaitable, Callable
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 from schemas import Claim
 
@@ -19,7 +23,6 @@ def make_claim(
         resource="nvidia.com/mig-test", device_ids=[cid], card=card, profile="test",
         start=start, size=size, created_at=0, updated_at=0,
     )
-
 
 
 async def until(
@@ -44,3 +47,14 @@ async def until(
                 on_timeout()
             raise AssertionError(f"not within {timeout:g}s: {what}")
         await asyncio.sleep(0.01)
+
+
+@contextlib.contextmanager
+def short_tmpdir(prefix: str = "pk") -> Iterator[Path]:
+    """A temp dir under /tmp short enough for unix socket paths (about 107 bytes at most),
+    removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
