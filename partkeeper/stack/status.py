@@ -141,7 +141,7 @@ def render(status: dict[str, Any]) -> str:
 
 
 def _rows(card: dict[str, Any]) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for inst in card["instances"]:
         claim = inst["claim"] or {}
         rows.append((

@@ -91,7 +91,7 @@ def _handler(health: Health) -> type[BaseHTTPRequestHandler]:
                 self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
             elif path == "/livez":
                 live, age = health.liveness()
-                body = {"live": live, "seconds_since_beat": age}
+                body: dict[str, object] = {"live": live, "seconds_since_beat": age}
                 self._send(200 if live else 503, json.dumps(body).encode(), "application/json")
             elif path == "/readyz":
                 ready, conditions = health.readiness()
