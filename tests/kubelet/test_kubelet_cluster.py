@@ -14,7 +14,6 @@ from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, sho
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.sim import apiserver
 from partkeeper.sim.kubelet import SimKubelet
 from partkeeper.sim.kubelet.cluster import ClusterPodSource
 from tests_support import kubeclient as testing
@@ -48,9 +47,9 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster() -> AsyncIterator[Cluster]:
-    with short_tmpdir() as directory, apiserver.ApiServerThread() as server:
-        kubeconfig: Path = apiserver.write_kubeconfig(directory / "kubeconfig", server.url)
+async def cluster(kubeconfig: Path) -> AsyncIterator[Cluster]:
+    """The simulated kubelet of NODE on the simulated API server (the `apiserver` fixture)."""
+    with short_tmpdir() as directory:
         api = testing.core_v1(kubeconfig)
         source = ClusterPodSource.from_kubeconfig(NODE, kubeconfig)
         kubelet = SimKubelet(directory / "dp", source)
@@ -67,8 +66,8 @@ async def cluster() -> AsyncIterator[Cluster]:
             api.api_client.close()
 
 
-async def test_pods_of_this_node_are_admitted_and_reported_running() -> None:
-    async with cluster() as c:
+async def test_pods_of_this_node_are_admitted_and_reported_running(kubeconfig: Path) -> None:
+    async with cluster(kubeconfig) as c:
         await c.create("mine")
         await c.create("elsewhere", node="node-b")
         await c.wait(lambda: c.phase("mine") == "Running", "mine Running")
@@ -76,16 +75,16 @@ async def test_pods_of_this_node_are_admitted_and_reported_running() -> None:
         assert c.phase("elsewhere") == "Pending"
 
 
-async def test_admission_failure_is_written_to_the_pod_status() -> None:
-    async with cluster() as c:
+async def test_admission_failure_is_written_to_the_pod_status(kubeconfig: Path) -> None:
+    async with cluster(kubeconfig) as c:
         await c.create("greedy", count=3)
         await c.wait(lambda: c.phase("greedy") == "Failed", "greedy Failed")
         pod = await asyncio.to_thread(c.api.read_namespaced_pod, "greedy", "default")
         assert pod.status.reason == f"OutOf{RESOURCE}"
 
 
-async def test_graceful_delete_stops_frees_and_removes_the_pod() -> None:
-    async with cluster() as c:
+async def test_graceful_delete_stops_frees_and_removes_the_pod(kubeconfig: Path) -> None:
+    async with cluster(kubeconfig) as c:
         uid = await c.create("victim", count=2)
         await c.wait(lambda: c.phase("victim") == "Running", "victim Running")
         await asyncio.to_thread(c.api.delete_namespaced_pod, "victim", "default")

@@ -15,7 +15,6 @@ from partkeeper.kubelet import (
     podresources_pb2_grpc,
     wait_ready,
 )
-from partkeeper.sim import apiserver
 from tests_support import kubeclient as testing
 from tests_support import until
 
@@ -37,9 +36,8 @@ async def wait_allocatable(socket: Path, device: str) -> None:
             await asyncio.sleep(0.02)  # poll interval of a condition bounded by DEADLINE
 
 
-async def test_entry_point_runs_until_sigterm() -> None:
-    with short_tmpdir() as directory, apiserver.ApiServerThread() as server:
-        kubeconfig = apiserver.write_kubeconfig(directory / "kubeconfig", server.url)
+async def test_entry_point_runs_until_sigterm(kubeconfig: Path) -> None:
+    with short_tmpdir() as directory:
         dp, pr = directory / "dp", directory / "pr.sock"
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "partkeeper.sim.kubelet",
