@@ -174,22 +174,30 @@ async def test_inv2_allocator_never_destroys_a_dead_holder_itself(nc, js, node) 
         assert [c.pod_uid for c in await n.claims()] == [a]
 
 
+async def parked_create(n: Any, gate: Gate, resource: str) -> tuple[str, Claim]:
+    """A Pod asking one `resource`, its claim written and the driver's create parked in `gate`
+    (the test opens it). Returns the Pod's UID and its claim."""
+    n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
+    a = await n.add_pod("a", {"main": {resource: 1}})
+
+    async def claimed() -> bool:
+        return bool(await n.claims_of(a))
+
+    await until(claimed, "a claim for the Pod exists")
+    await until(gate.entered.is_set, "the driver's create is in flight")
+    [claim] = await n.claims_of(a)
+    return str(a), claim
+
+
 async def released_during_create(n: Any, gate: Gate) -> str:
     """A Pod whose claim the reclaimer releases (the Pod was deleted) while the driver's create
     is parked in `gate`; the gate is open when this returns. Returns the Pod's UID."""
-    n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
-    a = await n.add_pod("a", {"main": {R1: 1}})
-
-    async def creating() -> bool:
-        return any(c.state == "creating" for c in await n.claims_of(a))
-
-    await until(creating, "the claim is written as creating")
-    await until(gate.entered.is_set, "the driver's create is in flight")
-    [claim] = await n.claims_of(a)
+    a, claim = await parked_create(n, gate, R1)
+    assert claim.state == "creating"
     await n.watcher.gone(a)  # the Pod was deleted meanwhile; the reclaimer releases
     await n.store.update(0, lambda d: machine.release(d, claim.id, "PodGone", time.time()))
     gate.open()
-    return str(a)
+    return a
 
 
 async def test_inv2_released_during_create_is_undone_by_the_allocator(nc, js, node) -> None:
@@ -206,14 +214,7 @@ async def test_inv2_released_during_create_is_undone_by_the_allocator(nc, js, no
 async def test_inv4_claim_is_in_the_store_before_the_driver_creates(nc, js, node) -> None:
     gate = Gate()
     async with node_stack(nc, node, gate=gate) as n:
-        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
-        a = await n.add_pod("a", {"main": {R3: 1}})
-
-        async def claimed() -> bool:
-            return bool(await n.claims_of(a))
-
-        await until(claimed, "a claim for the Pod exists")
-        [claim] = await n.claims_of(a)
+        a, claim = await parked_create(n, gate, R3)
         assert claim.state == "creating" and claim.instance is None
         assert await n.instances() == []  # the driver has not made it yet
         gate.open()
@@ -274,14 +275,7 @@ async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
 ) -> None:
     gate = Gate()
     async with node_stack(nc, node, gate=gate) as n:
-        n.driver.latency("create", 1)  # the create parks in the gate until the test opens it
-        a = await n.add_pod("a", {"main": {R1: 1}})
-
-        async def claimed() -> bool:
-            return bool(await n.claims_of(a))
-
-        await until(claimed, "the claim is written as creating")
-        [first] = await n.claims_of(a)
+        a, first = await parked_create(n, gate, R1)
         foreign = await asyncio.to_thread(n.driver.carve, 0, "1g.10gb", first.start)
         gate.open()
         await n.phase(a, "Running")
