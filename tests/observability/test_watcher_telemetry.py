@@ -4,6 +4,7 @@ trace context its Pod events carry, and its /metrics."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from observability.obs_harness import DEADLINE, scrape
@@ -16,7 +17,7 @@ from schemas.names import STREAM_PARTITIONS, durable_name
 from services.watcher.recorder import SERVICE
 from tests_support import until
 from tests_support.kubeclient import pod_manifest
-from tests_support.watcher import Published
+from tests_support.watcher import Published, WatcherProcess
 
 SPAN_KIND_PRODUCER = 4  # opentelemetry.proto.trace.v1.Span.SpanKind
 
@@ -38,6 +39,17 @@ async def delete_and_wait(
     await published.headers_of(uid, "PodSeen", DEADLINE)
     apiserver.delete_pod("default", name, grace_period_seconds=0)
     return uid, await published.headers_of(uid, "PodGone", DEADLINE)
+
+
+async def one_pod_then_stop(
+    starting: Awaitable[WatcherProcess], apiserver: ApiServerThread, published: Published,
+    node: str, name: str,
+) -> tuple[str, dict[str, str]]:
+    """Start the watcher, take one Pod through it (delete_and_wait), stop it cleanly."""
+    watcher = await starting
+    uid, headers = await delete_and_wait(apiserver, published, node, name)
+    assert await watcher.terminate() == 0
+    return uid, headers
 
 
 def is_span(uid: str, event: str) -> Any:
@@ -73,9 +85,8 @@ async def test_spans_still_buffered_are_exported_when_the_watcher_stops(
     node: str,
 ) -> None:
     # A schedule delay far beyond the test: only the flush at shutdown can export them.
-    watcher = await watcher_process(**otlp_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000"))
-    uid, _ = await delete_and_wait(apiserver, published, node, "flushed")
-    assert await watcher.terminate() == 0
+    uid, _ = await one_pod_then_stop(watcher_process(**otlp_env(
+        receiver, OTEL_BSP_SCHEDULE_DELAY="600000")), apiserver, published, node, "flushed")
     (gone,) = receiver.find(is_span(uid, "PodGone"))
     assert gone.service == "partkeeper-watcher"
 
@@ -84,9 +95,8 @@ async def test_no_span_is_exported_when_the_exporter_is_none(
     apiserver: ApiServerThread, receiver: OtlpReceiver, watcher_process: Any, published: Published,
     node: str,
 ) -> None:
-    watcher = await watcher_process(**otlp_env(receiver, OTEL_TRACES_EXPORTER="none"))
-    _, headers = await delete_and_wait(apiserver, published, node, "quiet")
-    assert await watcher.terminate() == 0
+    _, headers = await one_pod_then_stop(watcher_process(**otlp_env(
+        receiver, OTEL_TRACES_EXPORTER="none")), apiserver, published, node, "quiet")
     assert tracing.trace_id_of(headers) is not None, "context must travel even unexported"
     assert receiver.requests == 0
 
