@@ -21,8 +21,8 @@ from partkeeper.stack.scheduling import Scheduler
 from services.allocator.registration import endpoint_name
 
 ADMIT_SECONDS = 30.0  # a replacement from creation to Running; also its claim to be active
-# Allocator pushes are due within 100 ms of a change (DESIGN.md section 5): this long after the
-# destroy without a withdrawal, none is coming.
+# Allocator pushes are due within 100 ms of a change (docs/contract.md section 5): this long
+# after the destroy without a withdrawal, none is coming.
 SETTLE_SECONDS = 1.0
 NEVER_WITHDRAWN = ("the token was never withdrawn on ListAndWatch: the reclaim finished before "
                    "the allocator's next recompute, so there is no re-advertisement to time")

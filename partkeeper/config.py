@@ -1,4 +1,4 @@
-"""Configuration from the environment (DESIGN.md section 4), declared once and read in one place.
+"""Configuration from the environment (docs/contract.md section 4), declared once, read once.
 
 Each setting is declared once, on its `Config` field: the variable, how its text is read and
 checked, the default and one line of documentation (`setting(...)`). `load()` is driven by those

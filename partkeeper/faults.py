@@ -1,4 +1,4 @@
-"""Fault points for tests (DESIGN.md section 8), in one place and inert when `PK_FAULTS` is unset.
+"""Fault points for tests (docs/contract.md section 8), in one place; inert when PK_FAULTS is unset.
 
 `PK_FAULTS=point=action[,point=action]`; action `exit` ends the process with status 86 the first
 time the point is reached, `delay:MS` sleeps that long every time.

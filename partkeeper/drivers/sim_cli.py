@@ -1,4 +1,4 @@
-"""`partkeeper sim ...`: the simulated driver's control (DESIGN.md section 6).
+"""`partkeeper sim ...`: the simulated driver's control (docs/contract.md section 6).
 
 Every subcommand takes `--state FILE` (default: PK_SIM_STATE) and `--json`. Bad input exits with
 status 2 and one sentence on stderr, and leaves the state file as it was: every change is one

@@ -157,7 +157,7 @@ def init_state(
 
 
 def snapshot(state: SimState) -> dict[str, Any]:
-    """The `sim list --json` shape (DESIGN.md section 6): the state itself plus `memory_mib`."""
+    """The `sim list --json` shape (docs/contract.md section 6): the state plus `memory_mib`."""
     view: dict[str, Any] = msgspec.to_builtins(state)
     for card in view["cards"]:
         card["memory_mib"] = profiles.model(card["model"]).memory_mib

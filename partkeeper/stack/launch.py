@@ -103,7 +103,7 @@ def service_env(layout: Layout, nats_url: str, base: Mapping[str, str]) -> dict[
 
 
 def offered_resources(config: Config) -> list[str]:
-    """The resources the allocator registers for the embedded cards (DESIGN.md section 5)."""
+    """The resources the allocator registers for the embedded cards (docs/contract.md section 5)."""
     names = {name for model in CARDS for name in profiles.model(model).profiles}
     found = [f"{config.resource_prefix}{name}" for name in sorted(names)]
     if SLICED:

@@ -40,7 +40,7 @@ class StatusError(Exception):
 def build(
     node: str, capacity: NodeCapacity, claims: dict[int, CardClaims], services: dict[str, bool]
 ) -> dict[str, Any]:
-    """The status document (DESIGN.md section 4) from the snapshots. Pure."""
+    """The status document (docs/contract.md section 4) from the snapshots. Pure."""
     cards = []
     for card in capacity.cards:
         doc = claims.get(card.index)

@@ -1,4 +1,4 @@
-"""`partkeeper up [--workdir DIR] [--demo]`: the embedded default (DESIGN.md section 4).
+"""`partkeeper up [--workdir DIR] [--demo]`: the embedded default (docs/contract.md section 4).
 
 Starts NATS with JetStream, the simulated cluster (two H100-80GB in partition mode, one A100-40GB
 of logical slices) and the four services as separate processes (launch.py, processes.py), says

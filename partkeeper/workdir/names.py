@@ -1,6 +1,6 @@
 """Names inside PK_PODS_DIR: validation of every token that becomes a path component.
 
-Layout (DESIGN.md section 5):
+Layout (docs/contract.md section 5):
 
     <root>/<podUID>/c-<container>/partition-<MIG uuid>.json   allocator writes, reclaimer removes
     <root>/<podUID>/c-<container>/sliced/                      allocator writes, only the GC removes

@@ -1,4 +1,4 @@
-"""The Allocate flow (DESIGN.md section 5), one container request at a time.
+"""The Allocate flow (docs/contract.md section 5), one container request at a time.
 
     retried?  -> the same partition(s), completing a `creating` claim left by a crash
     otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as

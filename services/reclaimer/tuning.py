@@ -1,7 +1,7 @@
 """The reclaimer's timings and thresholds, with the retry schedule as a pure function.
 
-Not environment variables: DESIGN.md fixes the configuration surface. Tests and the embedded
-stack pass a `Tuning` to `serve` to shorten the waits.
+Not environment variables: docs/contract.md section 4 fixes the configuration surface. Tests and
+the embedded stack pass a `Tuning` to `serve` to shorten the waits.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Allocate end to end: the simulated kubelet (real gRPC) admits Pods, the allocator serves them
-over real NATS with the sim driver. Invariants 2, 4 and 7 of DESIGN.md section 3."""
+over real NATS with the sim driver. Invariants 2, 4 and 7 of docs/contract.md section 3."""
 
 from __future__ import annotations
 

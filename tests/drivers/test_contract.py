@@ -22,7 +22,7 @@ from .driver_harness import PARTITION_CARDS, SLICED_CARDS, Harness
 
 H100, A100, H200, SLICED = 0, 1, 2, 3
 
-# DESIGN.md section 6: how many instances of each profile an empty card holds.
+# docs/contract.md section 6: how many instances of each profile an empty card holds.
 EMPTY_CARD_COUNTS = {
     "A100-40GB": {
         "1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1,

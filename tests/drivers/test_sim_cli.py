@@ -1,4 +1,5 @@
-"""`partkeeper sim ...`: the --json shapes of DESIGN.md section 6; bad input changes nothing."""
+"""`partkeeper sim ...`: the --json shapes of docs/contract.md section 6; bad input changes nothing.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The GC against a real nats-server, with pods.get and claims.query answered by test tables.
 
-Invariant 3 (DESIGN.md section 3): the GC never deletes a file it did not write, never deletes
-while either question is unanswered, never deletes anything of a Pod not confirmed gone/finished.
+Invariant 3 (docs/contract.md section 3): the GC never deletes a file it did not write, never
+deletes while either question is unanswered, never deletes anything of a Pod not confirmed
+gone/finished.
 Invariant 10: path tricks and malformed input change nothing.
 """
 

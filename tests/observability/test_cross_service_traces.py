@@ -1,4 +1,4 @@
-"""One trace per Pod lifecycle step across the services (DESIGN.md section 10), end to end.
+"""One trace per Pod lifecycle step across the services (docs/contract.md section 10), end to end.
 
 The whole stack runs as processes (nats-server, the simulated cluster, the four services:
 tests_support.rig) exporting to `otlp_receiver.OtlpReceiver`, a real OTLP/gRPC endpoint of

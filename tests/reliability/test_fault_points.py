@@ -1,5 +1,5 @@
-"""Every fault point (DESIGN.md section 8), end to end: the service exits there with status 86,
-starts again without the fault, and the node converges (invariant 8).
+"""Every fault point (docs/contract.md section 8), end to end: the service exits there with status
+86, starts again without the fault, and the node converges (invariant 8).
 
 The whole stack runs as processes (nats-server, simulated cluster, the four services). A Pod
 admitted before the fault keeps running through it: its partition must survive, and the sentinel

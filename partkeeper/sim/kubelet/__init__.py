@@ -1,4 +1,4 @@
-"""The simulated kubelet (DESIGN.md section 6): device-plugin registration and ListAndWatch,
+"""The simulated kubelet (docs/contract.md section 6): device-plugin registration and ListAndWatch,
 Pod admission with Allocate, device freeing on termination, pod-resources v1.
 
 The core (`SimKubelet`) learns about Pods through a `PodSource`: `MemoryPodSource` in process,
