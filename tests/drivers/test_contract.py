@@ -6,17 +6,8 @@ import dataclasses
 
 import pytest
 
-from partkeeper.drivers import profiles
-from partkeeper.drivers.base import (
-    Driver,
-    IdentityMismatchError,
-    Instance,
-    InstanceSpec,
-    InUseError,
-    NotFoundError,
-    PlacementError,
-    ReadError,
-)
+from partkeeper.drivers import base, profiles
+from partkeeper.drivers.base import Driver, Instance, InstanceSpec
 
 from .driver_harness import PARTITION_CARDS, SLICED_CARDS, Harness
 
@@ -68,7 +59,8 @@ def test_empty_card_holds_design_counts(harness: Harness, model: str, profile: s
     assert len(made) == count
     listed = harness.driver.instances(card)
     assert sorted(i.uuid for i in listed) == sorted(m.uuid for m in made)
-    with pytest.raises(PlacementError):  # the card is full for this profile: every start collides
+    # The card is full for this profile: every start collides.
+    with pytest.raises(base.PlacementError):
         harness.driver.create(InstanceSpec(card, profile, shape.starts[-1]))
 
 
@@ -87,16 +79,16 @@ def test_create_at_every_legal_placement(harness: Harness, profile: str) -> None
 
 @pytest.mark.parametrize(("profile", "start"), [("3g.40gb", 2), ("2g.20gb", 6), ("1g.10gb", 7)])
 def test_illegal_start_is_refused(harness: Harness, profile: str, start: int) -> None:
-    with pytest.raises(PlacementError) as err:
+    with pytest.raises(base.PlacementError) as err:
         harness.driver.create(InstanceSpec(H100, profile, start))
     assert "card 0" in str(err.value) and f"start {start}" in str(err.value)
     assert harness.driver.instances(H100) == []
 
 
 def test_unknown_profile_and_sliced_card_are_refused(harness: Harness) -> None:
-    with pytest.raises(PlacementError):
+    with pytest.raises(base.PlacementError):
         harness.driver.create(InstanceSpec(H100, "5g.50gb", 0))
-    with pytest.raises(PlacementError):
+    with pytest.raises(base.PlacementError):
         harness.driver.create(InstanceSpec(SLICED, "1g.5gb", 0))
     assert harness.driver.instances(SLICED) == []
 
@@ -104,7 +96,7 @@ def test_unknown_profile_and_sliced_card_are_refused(harness: Harness) -> None:
 @pytest.mark.parametrize(("profile", "start"), [("1g.10gb", 1), ("1g.20gb", 0), ("4g.40gb", 0)])
 def test_overlap_is_refused_and_named(harness: Harness, profile: str, start: int) -> None:
     held = harness.driver.create(InstanceSpec(H100, "2g.20gb", 0))
-    with pytest.raises(PlacementError) as err:
+    with pytest.raises(base.PlacementError) as err:
         harness.driver.create(InstanceSpec(H100, profile, start))
     message = str(err.value)
     assert "card 0" in message and held.uuid in message and "overlap" in message
@@ -141,7 +133,7 @@ def test_successor_at_the_same_slot_reproduces_the_identity(harness: Harness) ->
 def test_destroy_with_a_wrong_identity_is_refused(harness: Harness, change: dict) -> None:
     inst = harness.driver.create(InstanceSpec(H100, "1g.10gb", 0))
     wrong = dataclasses.replace(inst, **change)
-    with pytest.raises(IdentityMismatchError) as err:
+    with pytest.raises(base.IdentityMismatchError) as err:
         harness.driver.destroy(wrong)
     assert "card 0" in str(err.value) and f"GPU instance {inst.gi_id}" in str(err.value)
     assert harness.driver.instances(H100) == [inst]
@@ -152,7 +144,7 @@ def test_busy_instance_refuses_destroy(harness: Harness) -> None:
     assert harness.driver.is_busy(inst) is False
     harness.set_busy(inst, True)
     assert harness.driver.is_busy(inst) is True
-    with pytest.raises(InUseError) as err:
+    with pytest.raises(base.InUseError) as err:
         harness.driver.destroy(inst)
     assert "card 0" in str(err.value) and inst.uuid in str(err.value)
     assert harness.driver.instances(H100) == [inst]
@@ -164,18 +156,18 @@ def test_busy_instance_refuses_destroy(harness: Harness) -> None:
 def test_absent_instance_is_not_found(harness: Harness) -> None:
     inst = harness.driver.create(InstanceSpec(H100, "1g.10gb", 3))
     harness.driver.destroy(inst)
-    with pytest.raises(NotFoundError) as err:
+    with pytest.raises(base.NotFoundError) as err:
         harness.driver.destroy(inst)
     assert "card 0" in str(err.value) and inst.uuid in str(err.value)
     never = dataclasses.replace(inst, gi_id=6)
-    with pytest.raises(NotFoundError):
+    with pytest.raises(base.NotFoundError):
         harness.driver.destroy(never)
 
 
 def test_failed_list_is_a_read_error_never_an_empty_list(harness: Harness) -> None:
     inst = harness.driver.create(InstanceSpec(H100, "7g.80gb", 0))
     harness.break_next_list()
-    with pytest.raises(ReadError) as err:
+    with pytest.raises(base.ReadError) as err:
         harness.driver.instances(H100)
     assert "card 0" in str(err.value)
     assert harness.driver.instances(H100) == [inst]

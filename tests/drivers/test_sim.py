@@ -13,16 +13,8 @@ from typing import Any
 
 import pytest
 
-from partkeeper.drivers import profiles
-from partkeeper.drivers.base import (
-    Instance,
-    InstanceSpec,
-    InUseError,
-    NotFoundError,
-    PlacementError,
-    ReadError,
-    UnknownError,
-)
+from partkeeper.drivers import base, profiles
+from partkeeper.drivers.base import Instance, InstanceSpec
 from partkeeper.drivers.sim import SimDriver, card_uuid, init_state, mig_uuid
 from tests_support.gate import Gate
 
@@ -86,7 +78,7 @@ def test_threads_of_one_process_exclude_each_other(sim_path: Path) -> None:
     def grab(start: int) -> Instance | None:
         try:
             return driver.create(InstanceSpec(0, "1g.20gb", start))
-        except PlacementError:
+        except base.PlacementError:
             return None
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -106,7 +98,7 @@ def test_destroy_latency_keeps_the_instance_listed_until_done(sim_path: Path) ->
     # Mid-destroy: listed, its slot still taken, and the lock free for everyone else.
     assert control.instances(0) == [inst]
     assert control.list()["cards"][0]["instances"][0]["state"] == "destroying"
-    with pytest.raises(PlacementError):
+    with pytest.raises(base.PlacementError):
         control.create(InstanceSpec(0, "1g.10gb", 0))
     neighbour = control.create(InstanceSpec(0, "1g.10gb", 1))
     gate.release.set()
@@ -139,20 +131,20 @@ def test_injected_failures_count_down(sim_path: Path) -> None:
     driver = SimDriver(sim_path)
     driver.fail("create", 2)
     for left in (1, 0):
-        with pytest.raises(UnknownError, match=f"{left} more to come"):
+        with pytest.raises(base.UnknownError, match=f"{left} more to come"):
             driver.create(InstanceSpec(0, "1g.10gb", 0))
         assert driver.list()["faults"]["create"]["times"] == left
     inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
 
     driver.fail("destroy", 1, "in_use")
-    with pytest.raises(InUseError) as err:
+    with pytest.raises(base.InUseError) as err:
         driver.destroy(inst)
     assert "card 0" in str(err.value) and inst.uuid in str(err.value)
     driver.destroy(inst)
 
     driver.fail("list", 1)
     driver.list()  # the control view never consumes a failure
-    with pytest.raises(ReadError):
+    with pytest.raises(base.ReadError):
         driver.instances(0)
     assert driver.instances(0) == []
 
@@ -179,7 +171,7 @@ def test_busy_flag_and_unknown_uuid(sim_path: Path) -> None:
     inst = driver.carve(0, "2g.20gb")
     assert driver.set_busy(inst.uuid, True) == inst
     assert driver.is_busy(inst)
-    with pytest.raises(NotFoundError, match="no instance has this UUID"):
+    with pytest.raises(base.NotFoundError, match="no instance has this UUID"):
         driver.set_busy("MIG-nope", True)
 
 
@@ -245,7 +237,7 @@ def test_a_corrupt_state_file_is_a_read_error_and_stays_as_it_is(sim_path: Path)
     for name, content in _corrupt_variants(json.loads(sim_path.read_bytes())).items():
         sim_path.write_bytes(content)
         for operation in _every_operation(SimDriver(sim_path)):
-            with pytest.raises(ReadError) as err:
+            with pytest.raises(base.ReadError) as err:
                 operation()
             assert str(sim_path) in str(err.value) and "corrupt" in str(err.value), name
             assert sim_path.read_bytes() == content, name
@@ -254,7 +246,7 @@ def test_a_corrupt_state_file_is_a_read_error_and_stays_as_it_is(sim_path: Path)
 def test_a_missing_state_file_is_a_read_error_and_is_not_created(tmp_path: Path) -> None:
     path = tmp_path / "absent.json"
     for operation in _every_operation(SimDriver(path)):
-        with pytest.raises(ReadError) as err:
+        with pytest.raises(base.ReadError) as err:
             operation()
         assert str(path) in str(err.value) and "does not exist" in str(err.value)
     assert list(tmp_path.iterdir()) == []
