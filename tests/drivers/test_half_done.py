@@ -90,8 +90,8 @@ async def test_a_resumed_allocate_completes_a_gpu_instance_left_without_compute_
     store = ClaimsStore(await js.key_value("pk-claims"), node)
     claim = _claim("creating", 2, 2, "2g.20gb")
     await store.update(H100, lambda d: machine.begin(d, claim))
-    ctx = Context(Config(node=node, driver="nvml"), js._nc, js, store, driver,  # type: ignore[arg-type]
-                  tuple(driver.cards()), {}, None, None, None)  # type: ignore[arg-type]
+    ctx = Context(Config(node=node, driver="nvml"), js._nc, js, store, driver,  # type: ignore[arg-type]  # js._nc: the context's client
+                  tuple(driver.cards()), {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
     assert await partitions.adopt(ctx, claim) is None  # no UUID: not adopted as it is
     [active] = await partitions.realise(ctx, [claim], resume=True)
     assert active.state == "active" and active.instance is not None
