@@ -1,4 +1,4 @@
-"""The node's ResourceSlices as a pure function of a snapshot (DESIGN.md section 11).
+"""The node's ResourceSlices as a pure function of a snapshot (docs/contract.md section 11).
 
 One pool per node, named after the node, holding:
 
@@ -33,7 +33,7 @@ MAX_DEVICES_PER_SLICE = 64  # devices that consume counters
 MAX_COUNTER_SETS_PER_SLICE = 8
 COMPUTE_COUNTER = "compute-slices"
 MAX_NAME = 253
-MEMORY_SLICES = 8  # per card, whatever the model (DESIGN.md section 6)
+MEMORY_SLICES = 8  # per card, whatever the model (docs/contract.md section 6)
 
 Range = tuple[int, int]
 

@@ -10,7 +10,7 @@ every request of every claim is served or nothing is allocated.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +78,8 @@ def complete_pools(slices: Iterable[Mapping[str, Any]]) -> Inventory:
             spec = member["spec"]
             for counter_set in spec.get("sharedCounters") or []:
                 for counter, value in (counter_set.get("counters") or {}).items():
-                    key = (driver, pool, counter_set["name"], counter)
-                    inventory.counters[key] = quantity(value.get("value", 0))
+                    counter_key = (driver, pool, counter_set["name"], counter)
+                    inventory.counters[counter_key] = quantity(value.get("value", 0))
             inventory.devices.extend(Candidate(driver, pool, d) for d in spec.get("devices") or [])
     return inventory
 
@@ -118,7 +118,7 @@ def allocate(
     inventory: Inventory,
     classes: Mapping[str, Mapping[str, Any]],
     allocated: Iterable[Mapping[str, Any]],
-    wanted: list[Mapping[str, Any]],
+    wanted: Sequence[Mapping[str, Any]],
 ) -> dict[str, list[dict[str, str]]]:
     """Results per claim name for every request of `wanted`. Raises Unsatisfiable, or
     cel.SelectorError for a selector outside the supported subset."""

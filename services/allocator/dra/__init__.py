@@ -1,4 +1,4 @@
-"""The allocator in DRA mode (PK_MODE=dra, DESIGN.md section 11; see docs/dra.md).
+"""The allocator in DRA mode (PK_MODE=dra, docs/contract.md section 11; see docs/dra.md).
 
     publish.py   the node's ResourceSlices, re-published on every change of claims or hardware
     requests.py  what a ResourceClaim asks this node to prepare (pure)

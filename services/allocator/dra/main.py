@@ -52,7 +52,9 @@ async def serve(
     options = options or Options()
     # DRA hands partitions over by CDI only: the CDI strategy of device-plugin mode, always.
     config = dataclasses.replace(config, device_list_strategy="cdi")
-    driver = options.driver or await asyncio.to_thread(open_driver, config)
+    driver = options.driver
+    if driver is None:
+        driver = await asyncio.to_thread(open_driver, config)
     cards = await enumerate_cards(driver)
     js = nc.jetstream()
     claims_kv = await js.key_value(BUCKET_CLAIMS)
