@@ -34,7 +34,9 @@ def model_for(name: str, memory_mib: int) -> str | None:
     memory, because one family ships in several sizes (A100 40GB and 80GB).
     """
     family = [
-        m for m in profiles.MODELS.values() if re.search(rf"\b{m.name.split('-')[0]}\b", name)
+        m
+        for m in profiles.MODELS.values()
+        if m.vendor == "nvidia" and re.search(rf"\b{m.name.split('-')[0]}\b", name)
     ]
     best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
     if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:

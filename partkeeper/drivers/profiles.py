@@ -1,14 +1,18 @@
 """Partition profile tables: which profiles a card model offers and where they may be placed.
 
 Pure data, shared by the drivers (to create and validate) and by placement (to decide). A card has
-eight memory slices; a placement is (start, size) in those slices, and two instances conflict when
-their slice ranges overlap. The tables follow NVIDIA's MIG placements without the `+me`/`+gfx`
-variants.
+memory slices (eight on NVIDIA and T-Head, four on Hygon); a placement is (start, size) in those
+slices, and two instances conflict when their slice ranges overlap. The NVIDIA tables follow MIG's
+placements without the `+me`/`+gfx` variants; the T-Head PPU and Hygon DCU tables are the profiles
+measured on one card of each (docs/drivers.md says where each number comes from).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+Vendor = Literal["nvidia", "thead", "hygon"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,8 @@ class CardModel:
     name: str
     memory_mib: int
     profiles: dict[str, Profile]
+    vendor: Vendor = "nvidia"
+    slices: int = 8  # memory slices of the card (eight on NVIDIA and T-Head, four on Hygon)
 
 
 def _profile(name: str, size: int, starts: tuple[int, ...]) -> Profile:
@@ -55,6 +61,25 @@ def _model(
     return CardModel(name, memory_gb * 1024, {p.name: p for p in profiles})
 
 
+def _measured(
+    name: str, vendor: Vendor, memory_mib: int, slices: int, shapes: tuple[Profile, ...]
+) -> CardModel:
+    return CardModel(name, memory_mib, {p.name: p for p in shapes}, vendor, slices)
+
+
+# T-Head PPU: the two GPU-instance profiles observed on one PPU (8 memory slices, 96 GB).
+PPU_96GB = _measured("PPU-96GB", "thead", 96 * 1024, 8, (
+    Profile("4g.48gb", 4, (0, 4), 4, 48 * 1024),
+    Profile("8g.96gb", 8, (0,), 8, 96 * 1024),
+))
+# Hygon DCU: a C-3000 "BW" card (4 GPU slices, 80 compute units, 65520 MiB); a profile's compute
+# slices are its GPU slices (the library's slice count), memory as the library reports it.
+DCU_64GB = _measured("DCU-64GB", "hygon", 65520, 4, (
+    Profile("2g.15gb", 1, (0, 1, 2, 3), 1, 16380),
+    Profile("4g.31gb", 2, (0, 2), 2, 32760),
+    Profile("8g.63gb", 4, (0,), 4, 65520),
+))
+
 MODELS: dict[str, CardModel] = {
     m.name: m
     for m in (
@@ -63,6 +88,8 @@ MODELS: dict[str, CardModel] = {
         _model(
             "H200-141GB", 141, "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"
         ),
+        PPU_96GB,
+        DCU_64GB,
     )
 }
 

@@ -55,6 +55,7 @@ from partkeeper.drivers.sim_state import (
     check_state,
     encode_state,
     init_state,
+    instance_uuid,
     lock_for,
     mig_uuid,
     snapshot,
@@ -323,7 +324,7 @@ def _place(state: SimState, spec: InstanceSpec, op: str, carved: bool) -> Instan
         cause = f"slices {spec.start}-{last} overlap this {other.profile} at start {other.start}"
         raise PlacementError(op, card.index, other.uuid, cause)
     gi_id = _lowest_free_gi(card)
-    uuid_ = mig_uuid(card.uuid, gi_id, 0, spec.profile, spec.start)
+    uuid_ = instance_uuid(card, gi_id, 0, spec.profile, spec.start)
     inst = SimInstance(gi_id, 0, uuid_, spec.profile, spec.start, profile.size, carved=carved)
     card.instances.append(inst)
     return _to_instance(card, inst)

@@ -73,6 +73,17 @@ def mig_uuid(card: str, gi_id: int, ci_id: int, profile: str, start: int) -> str
     return f"MIG-{uuid.uuid5(_NAMESPACE, f'{card}/{gi_id}/{ci_id}/{profile}/{start}')}"
 
 
+def instance_uuid(card: SimCard, gi_id: int, ci_id: int, profile: str, start: int) -> str:
+    """The identity the card's vendor gives a new partition.
+
+    NVIDIA and T-Head derive it from the slot (`mig_uuid`: a successor reproduces it); Hygon issues
+    a fresh one on every create, even at the same placement, as measured on a DCU.
+    """
+    if profiles.model(card.model).vendor == "hygon":
+        return f"MIG-{uuid.uuid4()}"
+    return mig_uuid(card.uuid, gi_id, ci_id, profile, start)
+
+
 def encode_state(state: SimState) -> bytes:
     return msgspec.json.format(msgspec.json.encode(state), indent=2) + b"\n"
 
