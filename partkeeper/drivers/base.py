@@ -9,7 +9,8 @@ A spec (card, profile, start) says what a partition should be and nothing about 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from partkeeper.errors import StartupError
@@ -70,6 +71,38 @@ def same_partition(recorded: Instance, listed: Instance) -> bool:
     return not listed.complete and where == (
         recorded.card, recorded.gi_id, recorded.profile, recorded.start
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A device node a container gets: its path inside the container and on the host."""
+
+    path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+@dataclass(frozen=True, slots=True)
+class HostMount:
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEdits:
+    """What a container needs to use its partitions, as the vendor's runtime expects it.
+
+    The Allocate reply (and a CDI spec, where that mode is on) carries exactly this."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    devices: tuple[DeviceNode, ...] = ()
+    mounts: tuple[HostMount, ...] = ()
+
+
+def nvidia_edits(instances: Sequence[Instance]) -> ContainerEdits:
+    """NVIDIA's (and the sim's): the container runtime hook takes the MIG UUIDs from the env."""
+    return ContainerEdits(env={"NVIDIA_VISIBLE_DEVICES": ",".join(i.uuid for i in instances)})
 
 
 class DriverError(Exception):
@@ -152,5 +185,12 @@ class Driver(Protocol):
         ...
 
     def is_busy(self, instance: Instance) -> bool:
-        """Whether processes run on the instance. Raises ReadError."""
+        """Whether processes run on the instance. Raises ReadError (also where the vendor's
+        library cannot tell: then busy is unknown until a destroy says IN_USE)."""
+        ...
+
+    def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
+        """The env, device nodes and mounts a container needs for `instances` (the partitions
+        one container is given). Raises PlacementError with a sentence when the vendor cannot
+        serve them to one container, ReadError when a node or record it needs is missing."""
         ...

@@ -1,0 +1,103 @@
+"""Reaching a vendor's C library through ctypes: finding it, declaring its functions, its codes.
+
+Shared by the `hgml` (T-Head) and `dmi` (Hygon) drivers. Every function is resolved from the one
+handle the library was opened as (`CDLL.__getattr__` is `dlsym(handle, ...)`), never from the
+process's global scope, which is what keeps Hygon's NVML-named symbols apart from NVIDIA's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# NVML's return codes, which both vendors keep (T-Head adds GPU_NOT_FOUND 28).
+SUCCESS = 0
+ERROR_UNINITIALIZED = 1
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
+ERROR_NOT_FOUND = 6
+ERROR_INSUFFICIENT_SIZE = 7
+ERROR_IN_USE = 19
+ERROR_INSUFFICIENT_RESOURCES = 23
+ERROR_ARGUMENT_VERSION_MISMATCH = 25
+ERROR_GPU_NOT_FOUND = 28
+ERROR_UNKNOWN = 999
+
+_NAMES = {
+    0: "SUCCESS", 1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION", 5: "ALREADY_INITIALIZED", 6: "NOT_FOUND", 7: "INSUFFICIENT_SIZE",
+    8: "INSUFFICIENT_POWER", 9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED", 17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY", 21: "NO_DATA",
+    23: "INSUFFICIENT_RESOURCES", 25: "ARGUMENT_VERSION_MISMATCH", 26: "DEPRECATED",
+    27: "NOT_READY", 28: "GPU_NOT_FOUND", 999: "UNKNOWN",
+}  # fmt: skip
+
+# The codes a probe of an id or index space answers for "nothing here": skipped, not failed.
+ABSENT = frozenset({ERROR_NOT_SUPPORTED, ERROR_NOT_FOUND, ERROR_INVALID_ARGUMENT})
+
+
+def code_name(code: int) -> str:
+    return f"{_NAMES.get(code, 'code')} ({code})"
+
+
+class CallFailed(Exception):
+    """A library call returned something other than SUCCESS."""
+
+    def __init__(self, function: str, code: int) -> None:
+        self.function = function
+        self.code = code
+        super().__init__(f"{function} returned {code_name(code)}")
+
+
+class LibraryMissing(Exception):
+    """No candidate path could be opened; the message lists what was tried."""
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """An opened vendor library: its handle and where it came from."""
+
+    handle: ctypes.CDLL
+    path: str
+
+    def has(self, name: str) -> bool:
+        try:
+            getattr(self.handle, name)
+        except AttributeError:
+            return False
+        return True
+
+    def function(self, name: str, *argtypes: Any) -> Any:
+        """The C function `name` with its argument types; returns an int code."""
+        fn = getattr(self.handle, name)  # dlsym on this handle only
+        fn.argtypes = list(argtypes)
+        fn.restype = ctypes.c_int
+        return fn
+
+
+def open_first(candidates: Sequence[str], *, local: bool = True) -> Library:
+    """Open the first candidate that loads (`RTLD_LOCAL` unless told otherwise)."""
+    mode = os.RTLD_LOCAL if local else os.RTLD_GLOBAL
+    tried: list[str] = []
+    for candidate in candidates:
+        try:
+            return Library(ctypes.CDLL(candidate, mode=mode), candidate)
+        except OSError as exc:
+            tried.append(f"{candidate} ({exc})")
+    raise LibraryMissing("no library could be opened; tried " + "; ".join(tried))
+
+
+def call(fn: Any, *args: Any) -> None:
+    """Call `fn`; raise CallFailed on anything but SUCCESS."""
+    code = fn(*args)
+    if code != SUCCESS:
+        raise CallFailed(fn.__name__, int(code))
+
+
+def text(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")

@@ -1,0 +1,79 @@
+"""What a container gets for a T-Head PPU partition: device nodes, nothing else.
+
+T-Head has no runtime hook, so visibility is the nodes themselves: the shared control nodes
+`/dev/alixpu` and `/dev/alixpu_ctl`, the PPU's `/dev/alixpu_ppu<ordinal>`, and the capability nodes
+of the partition's GI and CI, `/dev/alixpu-caps/alixpu-cap<minor>`, their minors read (never
+computed) from `DeviceFileMinor:` in the driver's procfs records
+`/proc/driver/alixpu/capabilities/ppu<ordinal>/mig/gi<G>/access` and `.../gi<G>/ci<C>/access`.
+
+Every node is required and checked: missing, not a character device, or the wrong minor refuses the
+allocation. The PPU node's minor must be the one HGML reports for the card: the ordinal names the
+path, and a path built from the wrong number addresses the next PPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from partkeeper.drivers.base import ContainerEdits, DeviceNode, Instance, ReadError
+
+CONTROL_NODES = ("/dev/alixpu", "/dev/alixpu_ctl")
+_MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
+
+
+def host(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def capability_record(ordinal: int, gi_id: int, ci_id: int | None = None) -> str:
+    base = f"/proc/driver/alixpu/capabilities/ppu{ordinal}/mig/gi{gi_id}"
+    return f"{base}/access" if ci_id is None else f"{base}/ci{ci_id}/access"
+
+
+def read_minor(root: Path, record: str, inst: Instance) -> int:
+    path = host(root, record)
+    try:
+        found = _MINOR.search(path.read_text())
+    except OSError as exc:
+        cause = f"cannot read the capability record {record}: {exc.strerror}"
+        raise ReadError("allocate", inst.card, inst.uuid, cause) from exc
+    if found is None:
+        cause = f"the capability record {record} has no DeviceFileMinor line"
+        raise ReadError("allocate", inst.card, inst.uuid, cause)
+    return int(found[1])
+
+
+def require_node(
+    root: Path, path: str, inst: Instance, minor: int | None = None, permissions: str = "rw"
+) -> DeviceNode:
+    """The node at `path`, checked to be a character device (with `minor`, when given)."""
+    where = host(root, path)
+    try:
+        st = os.stat(where)
+    except OSError as exc:
+        raise ReadError("allocate", inst.card, inst.uuid, f"device node {path} is missing") from exc
+    if not stat.S_ISCHR(st.st_mode):
+        raise ReadError("allocate", inst.card, inst.uuid, f"{path} is not a character device")
+    if minor is not None and os.minor(st.st_rdev) != minor:
+        cause = (f"{path} has minor {os.minor(st.st_rdev)}, but the card reports {minor}; "
+                 "refusing to hand over a node that may be another PPU's")
+        raise ReadError("allocate", inst.card, inst.uuid, cause)
+    return DeviceNode(path, str(where), permissions)
+
+
+def edits(root: Path, inst: Instance, card_minor: int) -> ContainerEdits:
+    """The device nodes for one partition on PPU `inst.card` (its ordinal)."""
+    if inst.ci_id < 0:
+        cause = "the GPU instance has no compute instance, so there is nothing to hand over"
+        raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
+    nodes = [require_node(root, path, inst) for path in CONTROL_NODES]
+    nodes.append(require_node(root, f"/dev/alixpu_ppu{inst.card}", inst, card_minor))
+    for record in (capability_record(inst.card, inst.gi_id),
+                   capability_record(inst.card, inst.gi_id, inst.ci_id)):
+        minor = read_minor(root, record, inst)
+        path = f"/dev/alixpu-caps/alixpu-cap{minor}"
+        nodes.append(require_node(root, path, inst, minor, permissions="r"))
+    return ContainerEdits(devices=tuple(nodes))

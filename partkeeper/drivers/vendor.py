@@ -1,0 +1,97 @@
+"""What the T-Head and Hygon drivers share: profile names, card models, placement and identity checks.
+
+Pure functions over what a vendor library reported; the drivers keep the library calls.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from partkeeper.drivers import profiles
+from partkeeper.drivers.base import (
+    IdentityMismatchError,
+    Instance,
+    InstanceSpec,
+    PlacementError,
+)
+
+_CARD_MEMORY_TOLERANCE = 0.1
+_GEOMETRY = re.compile(r"^(\d+)g\.?(\d+)gb$")
+
+
+def normalise_profile(raw: str) -> str:
+    """A vendor's profile name as a resource-name segment: "MIG 4g48gb" -> "4g.48gb".
+
+    The `MIG ` prefix and whitespace go; the two-number geometry gets NVIDIA's dot. Any other
+    shape (a `+` variant, say) is returned as the library spells it, without spaces."""
+    name = "".join(raw.removeprefix("MIG ").split()).lower()
+    match = _GEOMETRY.match(name)
+    return f"{match[1]}g.{match[2]}gb" if match else name
+
+
+def model_for(vendor: profiles.Vendor, memory_mib: int) -> str | None:
+    """The profiles.py model of `vendor` nearest `memory_mib` (within 10 %), or None."""
+    family = [m for m in profiles.MODELS.values() if m.vendor == vendor]
+    best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
+    if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:
+        return None
+    return best.name
+
+
+def legal_shape(
+    spec: InstanceSpec,
+    model: str | None,
+    offered: Iterable[str],
+    placements: Sequence[tuple[int, int]],
+) -> profiles.Profile:
+    """Our profile for `spec`, refusing what our table or the library does not allow.
+
+    `offered` are the profile names the library reported; `placements` the library's legal
+    (start, size) for this profile. Both must agree with profiles.py before anything is created."""
+    if model is None:
+        raise PlacementError("create", spec.card, None, "the card's model is not in partkeeper's "
+                             "profile tables")
+    table = profiles.model(model).profiles
+    ours = table.get(spec.profile)
+    if ours is None or spec.profile not in set(offered):
+        names = ", ".join(sorted(set(table) & set(offered))) or "none"
+        cause = f"{model} offers no profile {spec.profile!r} through its library (offers {names})"
+        raise PlacementError("create", spec.card, None, cause)
+    if spec.start not in ours.starts or (spec.start, ours.size) not in placements:
+        legal = ", ".join(str(s) for s in ours.starts if (s, ours.size) in placements)
+        cause = f"start {spec.start} is not a legal placement of {spec.profile} ({legal})"
+        raise PlacementError("create", spec.card, None, cause)
+    return ours
+
+
+def refuse_overlap(spec: InstanceSpec, size: int, existing: Iterable[Instance]) -> None:
+    for other in existing:
+        if profiles.overlaps((spec.start, size), other.placement):
+            cause = f"slices {spec.start}-{spec.start + size - 1} overlap this {other.profile}"
+            raise PlacementError("create", spec.card, other.uuid or f"GI {other.gi_id}", cause)
+
+
+def check_identity(expected: Instance, found: Instance) -> None:
+    """`found` (what now sits at expected's GI id) must be `expected`, or nothing is destroyed.
+
+    A GI whose CI is gone (an interrupted create or destroy) has no UUID to compare; then profile
+    and placement decide, as for NVIDIA."""
+    same_uuid = found.uuid == expected.uuid or not found.uuid
+    if same_uuid and (found.profile, found.start) == (expected.profile, expected.start):
+        return
+    now = found.uuid or "no compute instance"
+    cause = f"GPU instance {found.gi_id} is {found.profile} at start {found.start} with {now}"
+    raise IdentityMismatchError("destroy", expected.card, expected.uuid or f"GI {expected.gi_id}",
+                                cause)
+
+
+def one_partition(instances: Sequence[Instance], vendor: str) -> Instance:
+    """The one partition a container of this vendor can use; more is refused with a sentence."""
+    if len(instances) != 1:
+        raise PlacementError(
+            "allocate", instances[0].card if instances else None, None,
+            f"a {vendor} container can use exactly one partition, and this one was given "
+            f"{len(instances)}; request one partition per container",
+        )
+    return instances[0]
