@@ -314,7 +314,8 @@ class HgmlDriver:
             found = self._mig_devices("create", spec.card, dev).get(gi_id, [])
             uuid = next(u for c, u, _ in found if c == ci_info.id)
         except (CallFailed, DriverError, StopIteration) as exc:
-            cause = f"{step} failed ({str(exc) or 'no MIG device reports it'})"
+            detail = exc.cause if isinstance(exc, DriverError) else str(exc)
+            cause = f"{step} failed ({detail or 'no MIG device reports it'})"
             raise self._undo(spec, gi, ci, cause) from exc
         return Instance(spec.card, spec.profile, spec.start, ours.size, gi_id, ci_info.id, uuid)
 

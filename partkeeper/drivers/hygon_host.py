@@ -1,0 +1,143 @@
+"""The Hygon driver's files on the host: the DMI registry, sysfs, and what a container gets.
+
+The registry `/etc/dmi_mig_config` is the driver's own record, and the only source of two facts
+the library does not answer for: `dev<N>` (one line, the card's domain-qualified PCI bus id) and
+`ci/dev<N>gi<G>ci<C>.conf` (a partition's identity, its `mig_uuid:` line, issued afresh on every
+create). A container runtime asked to bind a conf file that no longer exists creates a directory
+there, and the driver can then never write that record again (the create fails with
+INSUFFICIENT_RESOURCES): `leftovers` finds such empty directories and `remove_leftover` takes one
+away (rmdir: never a file, never a non-empty directory, never through a symlink).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from partkeeper.drivers.base import ContainerEdits, DeviceNode, HostMount, Instance, ReadError
+
+REGISTRY = "/etc/dmi_mig_config"
+HYHAL = "/opt/hyhal"
+CONTROL_NODES = ("/dev/kfd", "/dev/mkfd")
+VISIBLE_ENV = "DMI_MIG_VISIBLE_DEVICE"
+_PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def host(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def conf_record(card: int, gi_id: int, ci_id: int) -> str:
+    return f"{REGISTRY}/ci/dev{card}gi{gi_id}ci{ci_id}.conf"
+
+
+def pci_bus_id(root: Path, card: int) -> str:
+    """The card's PCI bus id from `dev<N>`; a missing or malformed file is a ReadError."""
+    path = host(root, f"{REGISTRY}/dev{card}")
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        cause = f"cannot read the card's PCI address from {REGISTRY}/dev{card}: {exc.strerror}"
+        raise ReadError("list", card, None, cause) from exc
+    if not _PCI.match(value):
+        cause = f"{REGISTRY}/dev{card} holds {value!r}, not a domain-qualified PCI bus id"
+        raise ReadError("list", card, None, cause)
+    return value
+
+
+def card_uuid(root: Path, card: int, pci: str) -> str:
+    """`GPU-` + the card's unique id, the one ROCm SMI reports (sysfs `unique_id`)."""
+    path = host(root, f"/sys/bus/pci/devices/{pci}/unique_id")
+    try:
+        unique = path.read_text().strip().lower().removeprefix("0x")
+    except OSError as exc:
+        cause = f"cannot read the unique id of {pci} ({exc.strerror})"
+        raise ReadError("list", card, None, cause) from exc
+    if not unique:
+        raise ReadError("list", card, None, f"the unique id of {pci} is empty")
+    return f"GPU-{unique}"
+
+
+def read_uuid(root: Path, inst: tuple[int, int, int], op: str) -> str:
+    """`MIG-` + the `mig_uuid:` line of the partition's conf record (fails closed)."""
+    card, gi_id, ci_id = inst
+    record = conf_record(card, gi_id, ci_id)
+    try:
+        lines = host(root, record).read_text().splitlines()
+    except OSError as exc:
+        cause = f"cannot read the partition record {record}: {exc.strerror}"
+        raise ReadError(op, card, None, cause) from exc
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "mig_uuid" and value.strip():
+            return f"MIG-{value.strip()}"
+    raise ReadError(op, card, None, f"the partition record {record} carries no mig_uuid")
+
+
+def leftovers(root: Path) -> list[str]:
+    """Registry paths (container paths) where a directory sits in place of a conf record."""
+    ci = host(root, f"{REGISTRY}/ci")
+    try:
+        entries = sorted(os.scandir(ci), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ReadError("list", None, None, f"cannot list {REGISTRY}/ci: {exc.strerror}") from exc
+    return [f"{REGISTRY}/ci/{e.name}" for e in entries
+            if e.name.endswith(".conf") and e.is_dir(follow_symlinks=False)]
+
+
+def remove_leftover(root: Path, record: str) -> None:
+    """rmdir the directory squatting on `record`; refuses anything else, naming why."""
+    if not record.startswith(f"{REGISTRY}/ci/") or "/" in record.removeprefix(f"{REGISTRY}/ci/"):
+        raise ValueError(f"{record} is not a record path under {REGISTRY}/ci")
+    path = host(root, record)
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        raise ValueError(f"{record} is not a directory; only a directory squatting there is removed")
+    os.rmdir(path)  # OSError (ENOTEMPTY) if anything is inside: then it is left for a person
+
+
+def _drm_nodes(root: Path, inst: Instance, pci: str) -> list[str]:
+    drm = host(root, f"/sys/bus/pci/devices/{pci}/drm")
+    try:
+        names = sorted(os.listdir(drm))
+    except OSError as exc:
+        cause = f"cannot list the DRM nodes of {pci} ({exc.strerror})"
+        raise ReadError("allocate", inst.card, inst.uuid, cause) from exc
+    card = [n for n in names if re.fullmatch(r"card\d+", n)]
+    render = [n for n in names if re.fullmatch(r"renderD\d+", n)]
+    if len(card) != 1 or len(render) != 1:
+        cause = f"{pci} has DRM nodes {names}, not one card<N> and one renderD<M>"
+        raise ReadError("allocate", inst.card, inst.uuid, cause)
+    return [f"/dev/dri/{card[0]}", f"/dev/dri/{render[0]}"]
+
+
+def _node(root: Path, path: str, inst: Instance) -> DeviceNode:
+    where = host(root, path)
+    try:
+        mode = os.stat(where).st_mode
+    except OSError as exc:
+        raise ReadError("allocate", inst.card, inst.uuid, f"device node {path} is missing") from exc
+    if not stat.S_ISCHR(mode):
+        raise ReadError("allocate", inst.card, inst.uuid, f"{path} is not a character device")
+    return DeviceNode(path, str(where))
+
+
+def edits(root: Path, inst: Instance, pci: str) -> ContainerEdits:
+    """`/dev/kfd`, `/dev/mkfd`, the card's DRM nodes, /opt/hyhal read-only, the conf record
+    read-only at its own path (the runtime scans that directory by absolute path), and
+    `DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>`."""
+    record = conf_record(inst.card, inst.gi_id, inst.ci_id)
+    where = host(root, record)
+    if inst.ci_id < 0 or not where.is_file() or where.is_symlink():
+        cause = (f"the partition record {record} is not a file; binding it would make the "
+                 "runtime create a directory there")
+        raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
+    devices = [_node(root, p, inst) for p in (*CONTROL_NODES, *_drm_nodes(root, inst, pci))]
+    mounts = [HostMount(record, str(where))]
+    if host(root, HYHAL).is_dir():
+        mounts.insert(0, HostMount(HYHAL, str(host(root, HYHAL))))
+    return ContainerEdits(env={VISIBLE_ENV: inst.uuid}, devices=tuple(devices),
+                          mounts=tuple(mounts))
