@@ -1,6 +1,6 @@
 /* A fake libhydmi_mig.so.1: Hygon DCU partitions as the DMI library describes them, on the shared
- * fake hardware (../common/fakehw.h, state file in PK_FAKE_DMI_STATE), keeping the driver's registry
- * under $PK_FAKE_DMI_ROOT/etc/dmi_mig_config.
+ * partitionable cards (../common/fakeparts.h, state file in FAKE_DMI_STATE), keeping the driver's
+ * registry under <host root>/etc/dmi_mig_config.
  *
  * What it holds the caller to, as the library does: NVML's symbol names (so it must be resolved
  * from its own handle, never globally); no init call; a node-wide MIG mode; cards addressed by
@@ -16,24 +16,26 @@
 #include <unistd.h>
 
 #include "dmi_subset.h"
-#include "fakehw.h"
+#include "fakeparts.h"
 
-#define ENV "PK_FAKE_DMI_STATE"
+#define ENV "FAKE_DMI_STATE"
+#define DRIVER_NOT_LOADED 9 /* NVML's code for "no driver": what the library answers without one */
 
-#define BEGIN(fn)                                              \
-    fh_state *st = fh_begin(ENV);                              \
-    if (st == NULL) return NVML_ERROR_UNINITIALIZED;           \
-    {                                                          \
-        int injected_ = fh_inject(st, fn);                     \
-        if (injected_) {                                       \
-            fh_end(st, 1);                                     \
-            return (nvmlReturn_t)injected_;                    \
-        }                                                      \
+#define BEGIN(fn)                                                            \
+    fake_session s_;                                                         \
+    fh_state *st;                                                            \
+    {                                                                        \
+        int injected_ = fh_begin(&s_, ENV, fn);                              \
+        if (injected_ < 0) return (nvmlReturn_t)DRIVER_NOT_LOADED;             \
+        if (injected_ > 0) return (nvmlReturn_t)injected_;                     \
+        st = fh_state_of(&s_);                                              \
+        (void)st;                                                            \
     }
-#define DONE(code, dirty)  \
-    do {                   \
-        fh_end(st, dirty); \
-        return code;       \
+#define DONE(code, dirty) \
+    do {                  \
+        (void)(dirty);    \
+        fh_end(&s_);      \
+        return code;      \
     } while (0)
 
 static fh_card *device(fh_state *st, nvmlDevice_t dev) {
@@ -54,9 +56,9 @@ static fh_ci *compute_instance(fh_state *st, nvmlComputeInstance_t ci) {
     return fh_ci_find(st, card, gi, id);
 }
 
-static int conf_path(char *out, size_t size, unsigned card, unsigned gi, unsigned ci) {
-    const char *root = getenv("PK_FAKE_DMI_ROOT");
-    if (root == NULL || *root == 0) return -1;
+static int conf_path(const char *root, char *out, size_t size, unsigned card, unsigned gi,
+                     unsigned ci) {
+    if (*root == 0) return -1;
     snprintf(out, size, "%s/etc/dmi_mig_config/ci/dev%ugi%uci%u.conf", root, card, gi, ci);
     return 0;
 }
@@ -278,7 +280,7 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t handle,
     unsigned next = 0;
     while (fh_ci_find(st, gi->card, gi->gi_id, next) != NULL) next++;
     char path[512], uuid[64];
-    if (conf_path(path, sizeof(path), gi->card, gi->gi_id, next) != 0) DONE(NVML_ERROR_UNKNOWN, 0);
+    if (conf_path(st->root, path, sizeof(path), gi->card, gi->gi_id, next) != 0) DONE(NVML_ERROR_UNKNOWN, 0);
     struct stat info;
     /* A directory at the record's path (a container runtime made it) can never be written. */
     if (lstat(path, &info) == 0 && S_ISDIR(info.st_mode)) DONE(NVML_ERROR_INSUFFICIENT_RESOURCES, 0);
@@ -310,7 +312,7 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t handle) {
     if (ci->busy) DONE(NVML_ERROR_IN_USE, 0);
     char path[512];
     struct stat info;
-    if (conf_path(path, sizeof(path), ci->card, ci->gi_id, ci->ci_id) == 0 &&
+    if (conf_path(st->root, path, sizeof(path), ci->card, ci->gi_id, ci->ci_id) == 0 &&
         lstat(path, &info) == 0 && S_ISREG(info.st_mode))
         unlink(path);
     fh_ci_remove(st, ci->card, ci->gi_id, ci->ci_id);

@@ -1,10 +1,10 @@
 /* A fake libhgml.so: T-Head PPU partitions as HGML describes them, on the shared fake hardware
- * (../common/fakehw.h, state file in PK_FAKE_HGML_STATE). With PK_FAKE_HGML_ROOT set it also keeps
+ * (../common/fakeparts.h, state file in FAKE_HGML_STATE). With a host root in the state it keeps
  * the driver's procfs capability records under that root and creates the capability device nodes
  * (when permitted), as the PPU driver does.
  *
  * What it holds the caller to, as the library does: versioned profile structs (v2 0x02000098,
- * v3 0x03000098, anything else ARGUMENT_VERSION_MISMATCH); profiles probed by index, the index not
+ * v3 0x03000098, anything else INVALID_ARGUMENT and a complaint); profiles probed by index, the index not
  * being the id; placements as a count query with NULL first; a GPU instance refusing destroy while a
  * compute instance lives in it; a busy compute instance refusing destroy (IN_USE). Quirk
  * `v3_as_v2 1` models a library that fills a v3 buffer with the v2 layout. */
@@ -17,27 +17,35 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "fakehw.h"
+#include "fakeparts.h"
 #include "hgml_subset.h"
 
-#define ENV "PK_FAKE_HGML_STATE"
+#define ENV "FAKE_HGML_STATE"
+#define DRIVER_NOT_LOADED 9 /* NVML's code for "no driver": what the library answers without one */
 #define PROBE_SPACE 85
 #define CAP_MAJOR 511
 #define MAX_MIG_DEVICES 8
 
-#define BEGIN(fn)                                              \
-    fh_state *st = fh_begin(ENV);                              \
-    if (st == NULL) return HGML_ERROR_UNINITIALIZED;           \
-    {                                                          \
-        int injected_ = fh_inject(st, fn);                     \
-        if (injected_) {                                       \
-            fh_end(st, 1);                                     \
-            return (hgmlReturn_t)injected_;                    \
-        }                                                      \
+static int initialised;
+
+#define BEGIN(fn)                                                            \
+    fake_session s_;                                                         \
+    fh_state *st;                                                            \
+    {                                                                        \
+        int injected_ = fh_begin(&s_, ENV, fn);                              \
+        if (injected_ < 0) return (hgmlReturn_t)DRIVER_NOT_LOADED;             \
+        if (injected_ > 0) return (hgmlReturn_t)injected_;                     \
+        st = fh_state_of(&s_);                                              \
+        (void)st;                                                            \
+        if (!initialised && strcmp(fn, "hgmlInit_v2") != 0) {                \
+            fh_end(&s_);                                                     \
+            return HGML_ERROR_UNINITIALIZED;                                 \
+        }                                                                    \
     }
 #define DONE(code, dirty) \
     do {                  \
-        fh_end(st, dirty); \
+        (void)(dirty);    \
+        fh_end(&s_);      \
         return code;      \
     } while (0)
 
@@ -71,8 +79,8 @@ static unsigned gi_minor(const fh_state *st, unsigned card, unsigned gi) {
     return (unsigned)fh_quirk_value(st, "cap_base", 229632) + card * 4096 + gi * 64;
 }
 
-static void cap_path(char *out, size_t size, unsigned card, unsigned gi, int ci) {
-    const char *root = getenv("PK_FAKE_HGML_ROOT");
+static void cap_path(const char *root, char *out, size_t size, unsigned card, unsigned gi,
+                     int ci) {
     if (ci < 0)
         snprintf(out, size, "%s/proc/driver/alixpu/capabilities/ppu%u/mig/gi%u/access", root,
                  card, gi);
@@ -81,11 +89,10 @@ static void cap_path(char *out, size_t size, unsigned card, unsigned gi, int ci)
                  root, card, gi, ci);
 }
 
-static void publish_cap(unsigned card, unsigned gi, int ci, unsigned minor) {
-    const char *root = getenv("PK_FAKE_HGML_ROOT");
+static void publish_cap(const char *root, unsigned card, unsigned gi, int ci, unsigned minor) {
     char path[512];
-    if (root == NULL || *root == 0) return;
-    cap_path(path, sizeof(path), card, gi, ci);
+    if (*root == 0) return;
+    cap_path(root, path, sizeof(path), card, gi, ci);
     if (fh_mkdirs(path) != 0) return;
     FILE *out = fopen(path, "w");
     if (out == NULL) return;
@@ -96,11 +103,10 @@ static void publish_cap(unsigned card, unsigned gi, int ci, unsigned minor) {
     if (fh_mkdirs(path) == 0) (void)mknod(path, S_IFCHR | 0444, makedev(CAP_MAJOR, minor));
 }
 
-static void withdraw_cap(unsigned card, unsigned gi, int ci) {
-    const char *root = getenv("PK_FAKE_HGML_ROOT");
+static void withdraw_cap(const char *root, unsigned card, unsigned gi, int ci) {
     char path[512];
-    if (root == NULL || *root == 0) return;
-    cap_path(path, sizeof(path), card, gi, ci);
+    if (*root == 0) return;
+    cap_path(root, path, sizeof(path), card, gi, ci);
     unlink(path);
     *strrchr(path, '/') = 0;
     rmdir(path);
@@ -110,11 +116,14 @@ static void withdraw_cap(unsigned card, unsigned gi, int ci) {
 
 hgmlReturn_t hgmlInit_v2(void) {
     BEGIN("hgmlInit_v2");
+    initialised = 1;
     DONE(HGML_SUCCESS, 0);
 }
 
 hgmlReturn_t hgmlShutdown(void) {
-    return HGML_SUCCESS;
+    BEGIN("hgmlShutdown");
+    initialised = 0;
+    DONE(HGML_SUCCESS, 0);
 }
 
 hgmlReturn_t hgmlDeviceGetCount_v2(unsigned int *count) {
@@ -217,7 +226,13 @@ hgmlReturn_t hgmlDeviceGetGpuInstanceProfileInfoV(hgmlDevice_t dev, unsigned int
         DONE(HGML_ERROR_INVALID_ARGUMENT, 0);
     int v2 = info->version == hgmlGpuInstanceProfileInfo_v2;
     int v3 = info->version == hgmlGpuInstanceProfileInfo_v3;
-    if (!v2 && !v3) DONE(HGML_ERROR_ARGUMENT_VERSION_MISMATCH, 0);
+    if (!v2 && !v3) {
+        /* The library rejects it; a caller that forgets the version word reads no profiles. */
+        fake_complain(s_.state, "hgmlDeviceGetGpuInstanceProfileInfoV: version 0x%08x is "
+                      "neither v2 (0x%08x) nor v3 (0x%08x)", info->version,
+                      hgmlGpuInstanceProfileInfo_v2, hgmlGpuInstanceProfileInfo_v3);
+        DONE(HGML_ERROR_INVALID_ARGUMENT, 0);
+    }
     if (card->mig_current != HGML_DEVICE_MIG_ENABLE) DONE(HGML_ERROR_NOT_SUPPORTED, 0);
     fh_profile *p = fh_profile_by_probe(st, card->index, profile);
     if (p == NULL) DONE(HGML_ERROR_NOT_SUPPORTED, 0);
@@ -264,7 +279,7 @@ hgmlReturn_t hgmlDeviceCreateGpuInstanceWithPlacement(hgmlDevice_t dev, unsigned
         DONE(HGML_ERROR_INSUFFICIENT_RESOURCES, 0);
     int id = fh_gi_add(st, card->index, profileId, placement->start, placement->size);
     if (id < 0) DONE(HGML_ERROR_INSUFFICIENT_RESOURCES, 0);
-    publish_cap(card->index, (unsigned)id, -1, gi_minor(st, card->index, (unsigned)id));
+    publish_cap(st->root, card->index, (unsigned)id, -1, gi_minor(st, card->index, (unsigned)id));
     out->handle = fh_handle(FH_GPU_INSTANCE, card->index, (unsigned)id, 0);
     DONE(HGML_SUCCESS, 1);
 }
@@ -274,7 +289,7 @@ hgmlReturn_t hgmlGpuInstanceDestroy(hgmlGpuInstance_t handle) {
     fh_gi *gi = gpu_instance(st, handle);
     if (gi == NULL) DONE(HGML_ERROR_INVALID_ARGUMENT, 0);
     if (fh_ci_count(st, gi->card, gi->gi_id) > 0) DONE(HGML_ERROR_IN_USE, 0);
-    withdraw_cap(gi->card, gi->gi_id, -1);
+    withdraw_cap(st->root, gi->card, gi->gi_id, -1);
     fh_gi_remove(st, gi->card, gi->gi_id);
     DONE(HGML_SUCCESS, 1);
 }
@@ -367,7 +382,7 @@ hgmlReturn_t hgmlGpuInstanceCreateComputeInstance(hgmlGpuInstance_t handle,
     snprintf(mig, sizeof(mig), "MIG-%s", uuid);
     int id = fh_ci_add(st, gi->card, gi->gi_id, profileId, mig);
     if (id < 0) DONE(HGML_ERROR_INSUFFICIENT_RESOURCES, 0);
-    publish_cap(gi->card, gi->gi_id, id, gi_minor(st, gi->card, gi->gi_id) + 1 + (unsigned)id);
+    publish_cap(st->root, gi->card, gi->gi_id, id, gi_minor(st, gi->card, gi->gi_id) + 1 + (unsigned)id);
     out->handle = fh_handle(FH_COMPUTE_INSTANCE, gi->card, gi->gi_id, (unsigned)id);
     DONE(HGML_SUCCESS, 1);
 }
@@ -401,7 +416,7 @@ hgmlReturn_t hgmlComputeInstanceDestroy(hgmlComputeInstance_t handle) {
     fh_ci *ci = compute_instance(st, handle);
     if (ci == NULL) DONE(HGML_ERROR_INVALID_ARGUMENT, 0);
     if (ci->busy) DONE(HGML_ERROR_IN_USE, 0);
-    withdraw_cap(ci->card, ci->gi_id, (int)ci->ci_id);
+    withdraw_cap(st->root, ci->card, ci->gi_id, (int)ci->ci_id);
     fh_ci_remove(st, ci->card, ci->gi_id, ci->ci_id);
     DONE(HGML_SUCCESS, 1);
 }

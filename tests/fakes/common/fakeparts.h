@@ -1,28 +1,21 @@
-/* Shared "hardware" of the fake vendor libraries (HGML, DMI): partitionable cards whose state is
- * one text file, locked and re-read on every call, so that separate processes (the services, the
- * tests) drive one set of cards, and a test changes the hardware (busy instances, injected
- * failures, latencies) by editing the same file.
+/* The partitionable cards the T-Head (HGML) and Hygon (DMI) fakes share, on the common fake state
+ * (fakestate.h: one locked file per fake, failure injection, call counts, complaints).
  *
- * Every symbol here is hidden: a fake loaded beside another fake (or beside the real NVML) must not
- * resolve its internals to the other library's.
+ * A card carries the GPU-instance profiles its vendor's library reports (id, the index a probe asks
+ * by, compute and memory slices, name, capability bits), their legal placements, compute-instance
+ * profiles, and the GPU and compute instances that exist. Beyond fakestate: a lag per entry point
+ * (every call sleeps first) and named quirks for vendor behaviours a test switches on.
  *
- * The file, one record a line (written by the tests' harness and by the fakes themselves):
- *   mode <current> <pending>                                   node-wide MIG mode (DMI)
- *   serial <n>                                                 counter for freshly issued ids
- *   card <index> <mig_current> <mig_pending> <minor> <memory_mib> <model> <pci> <uuid> <name...>
- *   profile <card> <probe> <id> <slices> <mem_slices> <count> <memory_mb> <caps> <name...>
- *   place <card> <profile_id> <start> <size>
- *   ciprofile <card> <probe> <id> <slices>
- *   gi <card> <gi_id> <profile_id> <start> <size>
- *   ci <card> <gi_id> <ci_id> <ci_profile_id> <busy> <uuid>
- *   fail <function> <code> <times>                              the next <times> calls fail
- *   lag <function> <ms>                                         every call sleeps first
- *   quirk <name> <value>                                        vendor-specific behaviours
+ * Every helper here is hidden; the control entry points (fake_parts_*) are exported from each fake
+ * under the same names, like fakestate's, and driven through tests/fakes/parts.py.
  */
-#ifndef PK_FAKEHW_H
-#define PK_FAKEHW_H
+#ifndef PK_FAKEPARTS_H
+#define PK_FAKEPARTS_H
+
+#include "fakestate.h"
 
 #define FH_HIDDEN __attribute__((visibility("hidden")))
+#define FH_MAGIC 0x50415254u /* "PART" */
 
 #define FH_MAX_CARDS 16
 #define FH_MAX_PROFILES 64
@@ -50,35 +43,32 @@ typedef struct { unsigned card, profile_id, start, size; } fh_place;
 typedef struct { unsigned card, probe, id, slices; } fh_ciprofile;
 typedef struct { unsigned card, gi_id, profile_id, start, size; } fh_gi;
 typedef struct { unsigned card, gi_id, ci_id, profile_id, busy; char uuid[FH_NAME]; } fh_ci;
-typedef struct { char function[FH_NAME]; int code; unsigned times; } fh_fail;
 typedef struct { char function[FH_NAME]; unsigned ms; } fh_lag;
 typedef struct { char name[FH_NAME]; long value; } fh_quirk;
 
 typedef struct {
-    int fd; /* the locked state file */
-    unsigned mode_current, mode_pending;
+    fake_header h;
+    char root[256]; /* host root under which a fake keeps the driver's files ("": none) */
+    unsigned mode_current, mode_pending, initialised;
     unsigned long long serial;
-    unsigned ncards, nprofiles, nplaces, nciprofiles, ngis, ncis, nfails, nlags, nquirks;
+    unsigned ncards, nprofiles, nplaces, nciprofiles, ngis, ncis, nlags, nquirks;
     fh_card cards[FH_MAX_CARDS];
     fh_profile profiles[FH_MAX_PROFILES];
     fh_place places[FH_MAX_PLACES];
     fh_ciprofile ciprofiles[FH_MAX_CIPROFILES];
     fh_gi gis[FH_MAX_GIS];
     fh_ci cis[FH_MAX_CIS];
-    fh_fail fails[FH_MAX_RULES];
     fh_lag lags[FH_MAX_RULES];
     fh_quirk quirks[FH_MAX_RULES];
 } fh_state;
 
-/* Lock the file named by the environment variable `env` and read it. Returns the state (heap, one
- * per call, so threads of one process exclude each other through their own lock) or NULL: no
- * variable, an unreadable or a malformed file. */
-FH_HIDDEN fh_state *fh_begin(const char *env);
-/* Write the state back (if `dirty`), unlock and free it. Returns 0 or -1. */
-FH_HIDDEN int fh_end(fh_state *st, int dirty);
-/* Sleep for the function's lag, then consume one injected failure: its code, or 0. Persisted by
- * fh_end, so the caller must end with dirty set when this returned non-zero. */
-FH_HIDDEN int fh_inject(fh_state *st, const char *function);
+/* One call of entry point `fn` on the state file named by the environment variable `env`: lock and
+ * read it, count the call, sleep for the entry point's lag. Returns -1 without a (valid) file,
+ * else the code of an injected failure (the call is then over: fh_end was done) or 0. */
+FH_HIDDEN int fh_begin(fake_session *s, const char *env, const char *fn);
+FH_HIDDEN fh_state *fh_state_of(fake_session *s);
+/* Write the state back (always: the call counters changed) and unlock. */
+FH_HIDDEN void fh_end(fake_session *s);
 FH_HIDDEN long fh_quirk_value(const fh_state *st, const char *name, long fallback);
 
 FH_HIDDEN fh_card *fh_card_at(fh_state *st, unsigned index);
