@@ -16,11 +16,12 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from partkeeper.devices import DeviceNode
+from partkeeper.drivers.base import HostMount
 
 CDI_VERSION = "0.6.0"
 VENDOR = "partkeeper.io"
@@ -44,17 +45,29 @@ def spec_path(cdi_dir: Path, claim_id: str) -> Path:
 
 
 def spec_for(
-    claim_id: str, mig_uuid: str, nodes: Sequence[DeviceNode], env: dict[str, str]
+    claim_id: str, mig_uuid: str, nodes: Sequence[DeviceNode], env: dict[str, str], *,
+    vendor_env: Mapping[str, str] | None = None, mounts: Sequence[HostMount] = (),
 ) -> dict[str, Any]:
-    """The CDI spec of one partition (deterministic: the same inputs give the same bytes)."""
+    """The CDI spec of one partition (deterministic: the same inputs give the same bytes).
+
+    `vendor_env` is what the driver's container edits set (default NVIDIA's
+    `NVIDIA_VISIBLE_DEVICES=<mig_uuid>`; none for T-Head, `DMI_MIG_VISIBLE_DEVICE` for Hygon);
+    `mounts` its mounts (Hygon's runtime and partition record, read-only)."""
+    visible = {"NVIDIA_VISIBLE_DEVICES": mig_uuid} if vendor_env is None else dict(vendor_env)
     extra = [f"{k}={v}" for k, v in sorted(env.items())]
-    edits = {
-        "env": [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}", *extra],
+    edits: dict[str, Any] = {
+        "env": [*(f"{k}={v}" for k, v in visible.items()), *extra],
         "deviceNodes": [
             {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
             for n in nodes
         ],
     }
+    if mounts:
+        edits["mounts"] = [
+            {"containerPath": m.container_path, "hostPath": m.host_path,
+             "options": ["ro", "bind"] if m.read_only else ["rw", "bind"]}
+            for m in mounts
+        ]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,

@@ -24,6 +24,14 @@ from typing import Any, Literal, cast
 from partkeeper.errors import StartupError
 
 DEFAULT_METRICS_PORTS = {"watcher": 9401, "allocator": 9402, "reclaimer": 9403, "gc": 9404}
+# Per driver, the default (partition prefix, sliced resource): the names gpustack-operator
+# publishes for the same hardware (docs/drivers.md); PK_RESOURCE_PREFIX / PK_SLICED_RESOURCE win.
+RESOURCE_NAMES = {
+    "nvml": ("nvidia.com/mig-", "nvidia.com/gpu.sliced"),
+    "hgml": ("alibabacloud.com/ppu.partitioned.mig-", "alibabacloud.com/ppu.sliced"),
+    "dmi": ("hygon.com/dcu.partitioned.mig-", "hygon.com/dcu.sliced"),
+    "sim": ("nvidia.com/mig-", "nvidia.com/gpu.sliced"),
+}
 
 Parse = Callable[[str, str], Any]  # (variable, text) -> value; raises ConfigError
 
@@ -173,8 +181,9 @@ class Config:
         "PK_PODS_DIR",
         "per-Pod working directories (partition descriptors, logical-slice files)",
         path, Path("/var/lib/partkeeper/pods"))
-    driver: Literal["nvml", "sim"] = setting(
-        "PK_DRIVER", "`nvml` or `sim`", choice("nvml", "sim"), "nvml")
+    driver: Literal["nvml", "hgml", "dmi", "sim"] = setting(
+        "PK_DRIVER", "`nvml` (NVIDIA), `hgml` (T-Head PPU), `dmi` (Hygon DCU) or `sim`",
+        choice(*RESOURCE_NAMES), "nvml")
     sim_state: Path = setting(
         "PK_SIM_STATE", "the simulated driver's state file", path,
         Path("/var/lib/partkeeper/sim.json"))
@@ -200,9 +209,15 @@ class Config:
     slices_per_card: int = setting(
         "PK_SLICES_PER_CARD", "logical slices offered per sliced card", integer(minimum=1), 4)
     resource_prefix: str = setting(
-        "PK_RESOURCE_PREFIX", "prefix of the per-profile resources", text, "nvidia.com/mig-")
+        "PK_RESOURCE_PREFIX", "prefix of the per-profile resources", text, "nvidia.com/mig-",
+        shown="per driver: `nvidia.com/mig-`; `alibabacloud.com/ppu.partitioned.mig-` (hgml); "
+        "`hygon.com/dcu.partitioned.mig-` (dmi); docs/drivers.md, Resource names",
+        derive=lambda v: RESOURCE_NAMES[v["driver"]][0])
     sliced_resource: str = setting(
-        "PK_SLICED_RESOURCE", "the logical-slice resource", text, "nvidia.com/gpu.sliced")
+        "PK_SLICED_RESOURCE", "the logical-slice resource", text, "nvidia.com/gpu.sliced",
+        shown="per driver: `nvidia.com/gpu.sliced`; `alibabacloud.com/ppu.sliced` (hgml); "
+        "`hygon.com/dcu.sliced` (dmi)",
+        derive=lambda v: RESOURCE_NAMES[v["driver"]][1])
     device_list_strategy: Literal["envvar", "cdi"] = setting(
         "PK_DEVICE_LIST_STRATEGY",
         "`envvar` (`NVIDIA_VISIBLE_DEVICES` plus device specs) or `cdi` (also a CDI spec per "
@@ -214,10 +229,12 @@ class Config:
         path, Path("/var/run/cdi"))
     driver_root: Path = setting(
         "PK_DRIVER_ROOT",
-        "host root of the driver's `/dev` nodes named in device specs (e.g. `/run/nvidia/driver`)",
+        "host root of the driver's `/dev` nodes named in device specs (e.g. `/run/nvidia/driver`; "
+        "for hgml and dmi also of `/etc/dmi_mig_config`, `/sys` and `/opt/hyhal`)",
         path, Path("/"))
     proc_root: Path = setting(
-        "PK_PROC_ROOT", "where `driver/nvidia/capabilities` (MIG capability minors) is read",
+        "PK_PROC_ROOT", "where `driver/nvidia/capabilities` (MIG capability minors) is read "
+        "(hgml: `driver/alixpu/capabilities`)",
         path, Path("/proc"))
     mode: Literal["deviceplugin", "dra"] = setting(
         "PK_MODE",

@@ -44,10 +44,12 @@ __all__ = [
 
 
 def open_driver(config: Config) -> Driver:
-    """The driver `config.driver` names: `sim` on `config.sim_state`, or `nvml`.
+    """The driver `config.driver` names: `sim` on `config.sim_state`, `nvml` (NVIDIA), `hgml`
+    (T-Head PPU) or `dmi` (Hygon DCU).
 
     Opening the sim driver does not touch the state file (a missing one fails at first use, with a
-    ReadError naming it); opening nvml initialises NVML and raises ReadError if that fails.
+    ReadError naming it); opening a vendor driver loads its library and raises ReadError if that
+    fails.
     """
     if config.driver == "sim":
         from partkeeper.drivers.sim import SimDriver
@@ -57,4 +59,12 @@ def open_driver(config: Config) -> Driver:
         from partkeeper.drivers.nvml import NvmlDriver
 
         return NvmlDriver()
-    raise ValueError(f"unknown driver {config.driver!r}; expected nvml or sim")
+    if config.driver == "hgml":
+        from partkeeper.drivers.hgml import HgmlDriver
+
+        return HgmlDriver()
+    if config.driver == "dmi":
+        from partkeeper.drivers.dmi import DmiDriver
+
+        return DmiDriver()
+    raise ValueError(f"unknown driver {config.driver!r}; expected nvml, hgml, dmi or sim")

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from partkeeper.devices import DeviceNode
 from partkeeper.errors import StartupError
 
 Mode = Literal["partition", "sliced"]
@@ -71,15 +72,6 @@ def same_partition(recorded: Instance, listed: Instance) -> bool:
     return not listed.complete and where == (
         recorded.card, recorded.gi_id, recorded.profile, recorded.start
     )
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
-    """A device node a container gets: its path inside the container and on the host."""
-
-    path: str
-    host_path: str
-    permissions: str = "rw"
 
 
 @dataclass(frozen=True, slots=True)

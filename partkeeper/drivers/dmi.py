@@ -103,16 +103,28 @@ class DmiDriver:
 
     def _mig_enabled(self, op: str) -> bool:
         current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
-        self._read(op, None, "reading the node's MIG mode", self._api.nvmlGetSystemMigMode,
-                   ctypes.byref(current), ctypes.byref(pending))
+        self._read(
+            op,
+            None,
+            "reading the node's MIG mode",
+            self._api.nvmlGetSystemMigMode,
+            ctypes.byref(current),
+            ctypes.byref(pending),
+        )
         return current.value == api.MIG_ENABLE
 
     def _device(self, op: str, card: int) -> tuple[int, str]:
         """The card's handle, reached by its PCI bus id and checked to be card `card`."""
         pci = hygon_host.pci_bus_id(self.root, card)
         dev = ctypes.c_void_p()
-        self._read(op, card, f"getting the handle of {pci}", self._api.nvmlDeviceGetHandleByPciBusId,
-                   pci.encode(), ctypes.byref(dev))
+        self._read(
+            op,
+            card,
+            f"getting the handle of {pci}",
+            self._api.nvmlDeviceGetHandleByPciBusId,
+            pci.encode(),
+            ctypes.byref(dev),
+        )
         index = self._uint(op, card, "reading the device index", self._api.nvmlDeviceGetIndex, dev)
         if index != card:
             cause = f"{pci} (registry dev{card}) is the library's device {index}"
@@ -128,15 +140,24 @@ class DmiDriver:
         for width in api.SLICE_WIDTHS:
             info = api.GpuInstanceProfileInfo()
             try:
-                call(self._api.nvmlDeviceGetGpuInstanceProfileInfo, dev, width - 1,
-                     ctypes.byref(info))
+                call(
+                    self._api.nvmlDeviceGetGpuInstanceProfileInfo,
+                    dev,
+                    width - 1,
+                    ctypes.byref(info),
+                )
             except CallFailed as exc:
                 if exc.code in ABSENT:
                     continue  # no profile this wide (every card measured lacks three slices)
-                raise ReadError(op, card, None, f"reading the {width}-slice profile: {exc}") from exc
+                raise ReadError(
+                    op, card, None, f"reading the {width}-slice profile: {exc}"
+                ) from exc
             name = vendor.normalise_profile(text(info.name)) or f"dmi-profile-{info.id}"
-            found.append(_Profile(info.id, name, info.gpu_slice_count,
-                                  self._placements(op, card, dev, info.id)))
+            found.append(
+                _Profile(
+                    info.id, name, info.gpu_slice_count, self._placements(op, card, dev, info.id)
+                )
+            )
         if found:
             self._profiles[card] = tuple(found)
         return tuple(found)
@@ -144,16 +165,28 @@ class DmiDriver:
     def _placements(self, op: str, card: int, dev: int, profile_id: int):
         array = (api.Placement * api.MAX_INSTANCES)()
         count = ctypes.c_uint(api.MAX_INSTANCES)
-        self._read(op, card, f"reading the placements of profile {profile_id}",
-                   self._api.nvmlDeviceGetGpuInstancePossiblePlacements, dev, profile_id, array,
-                   ctypes.byref(count))
+        self._read(
+            op,
+            card,
+            f"reading the placements of profile {profile_id}",
+            self._api.nvmlDeviceGetGpuInstancePossiblePlacements,
+            dev,
+            profile_id,
+            array,
+            ctypes.byref(count),
+        )
         return tuple((p.start, p.size) for p in array[: count.value])
 
     def _compute_profile(self, op: str, card: int, gi: int, slices: int) -> int | None:
         info = api.ComputeInstanceProfileInfo()
         try:
-            call(self._api.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, slices - 1,
-                 api.ENGINE_SHARED, ctypes.byref(info))
+            call(
+                self._api.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+                gi,
+                slices - 1,
+                api.ENGINE_SHARED,
+                ctypes.byref(info),
+            )
         except CallFailed as exc:
             if exc.code in ABSENT:
                 return None
@@ -170,8 +203,14 @@ class DmiDriver:
     def _card(self, index: int, mode: str) -> Card:
         dev, pci = self._device("list", index)
         memory = api.Memory()
-        self._read("list", index, "reading the memory", self._api.nvmlDeviceGetMemoryInfo, dev,
-                   ctypes.byref(memory))
+        self._read(
+            "list",
+            index,
+            "reading the memory",
+            self._api.nvmlDeviceGetMemoryInfo,
+            dev,
+            ctypes.byref(memory),
+        )
         memory_mib = int(memory.total // 2**20)
         model = vendor.model_for("hygon", memory_mib) or f"Hygon DCU {memory_mib} MiB"
         uuid = hygon_host.card_uuid(self.root, index, pci)
@@ -181,22 +220,38 @@ class DmiDriver:
         if not self._mig_enabled("list"):
             return []
         dev, _ = self._device("list", card)
-        return [self._describe("list", card, gi)[0] for gi in self._gpu_instances("list", card, dev)]
+        return [
+            self._describe("list", card, gi)[0] for gi in self._gpu_instances("list", card, dev)
+        ]
 
     def _gpu_instances(self, op: str, card: int, dev: int) -> list[_Gi]:
         found: list[_Gi] = []
         for prof in self._card_profiles(op, card, dev):
             array = (ctypes.c_void_p * api.MAX_INSTANCES)()
             count = ctypes.c_uint(api.MAX_INSTANCES)
-            self._read(op, card, f"listing {prof.name} GPU instances",
-                       self._api.nvmlDeviceGetGpuInstances, dev, prof.id, array,
-                       ctypes.byref(count))
+            self._read(
+                op,
+                card,
+                f"listing {prof.name} GPU instances",
+                self._api.nvmlDeviceGetGpuInstances,
+                dev,
+                prof.id,
+                array,
+                ctypes.byref(count),
+            )
             for handle in array[: count.value]:
                 info = api.GpuInstanceInfo()
-                self._read(op, card, "reading a GPU instance", self._api.nvmlGpuInstanceGetInfo,
-                           handle, ctypes.byref(info))
-                found.append(_Gi(handle or 0, info.id, prof, info.placement.start,
-                                 info.placement.size))
+                self._read(
+                    op,
+                    card,
+                    "reading a GPU instance",
+                    self._api.nvmlGpuInstanceGetInfo,
+                    handle,
+                    ctypes.byref(info),
+                )
+                found.append(
+                    _Gi(handle or 0, info.id, prof, info.placement.start, info.placement.size)
+                )
         return sorted(found, key=lambda g: g.start)
 
     def _compute_instances(self, op: str, card: int, gi: _Gi) -> list[tuple[int, int]]:
@@ -206,13 +261,27 @@ class DmiDriver:
             return []
         array = (ctypes.c_void_p * api.MAX_INSTANCES)()
         count = ctypes.c_uint(api.MAX_INSTANCES)
-        self._read(op, card, "listing compute instances", self._api.nvmlGpuInstanceGetComputeInstances,
-                   gi.handle, profile, array, ctypes.byref(count))
+        self._read(
+            op,
+            card,
+            "listing compute instances",
+            self._api.nvmlGpuInstanceGetComputeInstances,
+            gi.handle,
+            profile,
+            array,
+            ctypes.byref(count),
+        )
         found = []
         for handle in array[: count.value]:
             info = api.ComputeInstanceInfo()
-            self._read(op, card, "reading a compute instance", self._api.nvmlComputeInstanceGetInfo,
-                       handle, ctypes.byref(info))
+            self._read(
+                op,
+                card,
+                "reading a compute instance",
+                self._api.nvmlComputeInstanceGetInfo,
+                handle,
+                ctypes.byref(info),
+            )
             found.append((handle or 0, info.id))
         return sorted(found, key=lambda c: c[1])
 
@@ -229,18 +298,27 @@ class DmiDriver:
         op, card = "create", spec.card
         if not self._mig_enabled(op):
             raise PlacementError(op, card, None, "the node's MIG mode is not enabled")
-        dev, pci = self._device(op, card)
+        dev, _ = self._device(op, card)
         profs = self._card_profiles(op, card, dev)
         chosen = next((p for p in profs if p.name == spec.profile), None)
         model = vendor.model_for("hygon", self._card(card, "partition").memory_mib)
-        ours = vendor.legal_shape(spec, model, [p.name for p in profs],
-                                  chosen.placements if chosen else ())
+        ours = vendor.legal_shape(
+            spec, model, [p.name for p in profs], chosen.placements if chosen else ()
+        )
         assert chosen is not None
         vendor.refuse_overlap(spec, ours.size, self.instances(card))
         gi = ctypes.c_void_p()
-        self._change(op, card, None, f"creating a {spec.profile} GPU instance at {spec.start}",
-                     self._api.nvmlDeviceCreateGpuInstanceWithPlacement, dev, chosen.id,
-                     ctypes.byref(api.Placement(spec.start, ours.size)), ctypes.byref(gi))
+        self._change(
+            op,
+            card,
+            None,
+            f"creating a {spec.profile} GPU instance at {spec.start}",
+            self._api.nvmlDeviceCreateGpuInstanceWithPlacement,
+            dev,
+            chosen.id,
+            ctypes.byref(api.Placement(spec.start, ours.size)),
+            ctypes.byref(gi),
+        )
         return self._complete(spec, chosen, gi.value or 0)
 
     def _complete(self, spec: InstanceSpec, chosen: _Profile, gi: int) -> Instance:
@@ -257,7 +335,9 @@ class DmiDriver:
             step = "creating its compute instance"
             made = ctypes.c_void_p()
             try:
-                call(self._api.nvmlGpuInstanceCreateComputeInstance, gi, profile, ctypes.byref(made))
+                call(
+                    self._api.nvmlGpuInstanceCreateComputeInstance, gi, profile, ctypes.byref(made)
+                )
             except CallFailed as exc:
                 raise self._squatted(spec, info.id, exc) from exc
             ci = made.value or 0
@@ -268,15 +348,18 @@ class DmiDriver:
         except (CallFailed, DriverError) as exc:
             detail = exc.cause if isinstance(exc, DriverError) else str(exc)
             raise self._undo(spec, gi, ci, f"{step} failed ({detail})") from exc
-        return Instance(spec.card, spec.profile, spec.start, info.placement.size, info.id,
-                        ci_info.id, uuid)
+        return Instance(
+            spec.card, spec.profile, spec.start, info.placement.size, info.id, ci_info.id, uuid
+        )
 
     def _squatted(self, spec: InstanceSpec, gi_id: int, exc: CallFailed) -> Exception:
         """Name the directory that makes a create fail forever, when that is the cause."""
         record = hygon_host.conf_record(spec.card, gi_id, 0)
         if exc.code == ERROR_INSUFFICIENT_RESOURCES and record in hygon_host.leftovers(self.root):
-            cause = (f"a directory sits at the partition record {record} (left by a container "
-                     "runtime); the reclaimer removes it, then the create can succeed")
+            cause = (
+                f"a directory sits at the partition record {record} (left by a container "
+                "runtime); the reclaimer removes it, then the create can succeed"
+            )
             return UnknownError("create", spec.card, None, cause)
         return exc
 
@@ -294,20 +377,36 @@ class DmiDriver:
         op, card = "destroy", expected.card
         name = expected.uuid or f"GI {expected.gi_id}"
         dev, _ = self._device(op, card)
-        gi = next((g for g in self._gpu_instances(op, card, dev) if g.gi_id == expected.gi_id), None)
+        gi = next(
+            (g for g in self._gpu_instances(op, card, dev) if g.gi_id == expected.gi_id), None
+        )
         if gi is None:
             raise NotFoundError(op, card, name, f"no GPU instance {expected.gi_id} exists")
         found, cis = self._describe(op, card, gi)
         vendor.check_identity(expected, found)
         for handle, ci_id in cis:
-            self._change(op, card, found.uuid, f"destroying compute instance {ci_id}",
-                         self._api.nvmlComputeInstanceDestroy, handle)
-        self._change(op, card, name, f"destroying GPU instance {expected.gi_id}",
-                     self._api.nvmlGpuInstanceDestroy, gi.handle)
+            self._change(
+                op,
+                card,
+                found.uuid,
+                f"destroying compute instance {ci_id}",
+                self._api.nvmlComputeInstanceDestroy,
+                handle,
+            )
+        self._change(
+            op,
+            card,
+            name,
+            f"destroying GPU instance {expected.gi_id}",
+            self._api.nvmlGpuInstanceDestroy,
+            gi.handle,
+        )
 
     def is_busy(self, instance: Instance) -> bool:
-        cause = ("the Hygon library has no per-partition process query; whether the partition "
-                 "is in use is unknown until a destroy says IN_USE")
+        cause = (
+            "the Hygon library has no per-partition process query; whether the partition "
+            "is in use is unknown until a destroy says IN_USE"
+        )
         raise ReadError("busy", instance.card, instance.uuid or None, cause)
 
     # -- registry leftovers and what a container gets -----------------------------------------

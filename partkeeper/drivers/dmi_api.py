@@ -27,14 +27,24 @@ class Memory(Structure):
 
 
 class GpuInstanceProfileInfo(Structure):
-    _fields_ = [("id", c_uint), ("gi_count_max", c_uint), ("cu_count", c_uint),
-                ("gpu_slice_count", c_uint), ("memory_size_MB", c_ulonglong),
-                ("name", c_char * NAME_SIZE)]
+    _fields_ = [
+        ("id", c_uint),
+        ("gi_count_max", c_uint),
+        ("cu_count", c_uint),
+        ("gpu_slice_count", c_uint),
+        ("memory_size_MB", c_ulonglong),
+        ("name", c_char * NAME_SIZE),
+    ]
 
 
 class ComputeInstanceProfileInfo(Structure):
-    _fields_ = [("id", c_uint), ("ci_count_max", c_uint), ("cu_count", c_uint),
-                ("gpu_slice_count", c_uint), ("name", c_char * NAME_SIZE)]
+    _fields_ = [
+        ("id", c_uint),
+        ("ci_count_max", c_uint),
+        ("cu_count", c_uint),
+        ("gpu_slice_count", c_uint),
+        ("name", c_char * NAME_SIZE),
+    ]
 
 
 class Placement(Structure):
@@ -42,13 +52,22 @@ class Placement(Structure):
 
 
 class GpuInstanceInfo(Structure):
-    _fields_ = [("device", c_void_p), ("id", c_uint), ("profile_id", c_uint),
-                ("placement", Placement)]
+    _fields_ = [
+        ("device", c_void_p),
+        ("id", c_uint),
+        ("profile_id", c_uint),
+        ("placement", Placement),
+    ]
 
 
 class ComputeInstanceInfo(Structure):
-    _fields_ = [("device", c_void_p), ("gpu_instance", c_void_p), ("id", c_uint),
-                ("profile_id", c_uint), ("placement", Placement)]
+    _fields_ = [
+        ("device", c_void_p),
+        ("gpu_instance", c_void_p),
+        ("id", c_uint),
+        ("profile_id", c_uint),
+        ("placement", Placement),
+    ]
 
 
 def candidates() -> list[str]:

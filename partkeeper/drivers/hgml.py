@@ -110,8 +110,14 @@ class HgmlDriver:
 
     def _device(self, op: str, card: int) -> api.Handle:
         dev = api.Handle()
-        self._call(op, card, "getting the device handle", self._api.DeviceGetHandleByIndex,
-                   card, ctypes.byref(dev))
+        self._call(
+            op,
+            card,
+            "getting the device handle",
+            self._api.DeviceGetHandleByIndex,
+            card,
+            ctypes.byref(dev),
+        )
         return dev
 
     def _string(self, op: str, card: int, what: str, fn: Any, dev: api.Handle) -> str:
@@ -143,10 +149,17 @@ class HgmlDriver:
         if card in self._info:
             return self._info[card]
         memory = api.Memory()
-        self._call(op, card, "reading the memory", self._api.hgmlDeviceGetMemoryInfo, dev,
-                   ctypes.byref(memory))
-        minor = self._uint(op, card, "reading the minor number",
-                           self._api.hgmlDeviceGetMinorNumber, dev)
+        self._call(
+            op,
+            card,
+            "reading the memory",
+            self._api.hgmlDeviceGetMemoryInfo,
+            dev,
+            ctypes.byref(memory),
+        )
+        minor = self._uint(
+            op, card, "reading the minor number", self._api.hgmlDeviceGetMinorNumber, dev
+        )
         found = self._probe_profiles(op, card, dev)
         info = _CardInfo(vendor.model_for("thead", memory.total // 2**20), minor, found)
         if found:
@@ -164,8 +177,15 @@ class HgmlDriver:
             name = vendor.normalise_profile(raw)
             offered = bool(raw) and "+" not in raw and not caps & api.CAPS_GFX
             placements = self._placements(op, card, dev, v2.id)
-            seen[v2.id] = _GiProfile(v2.id, name or f"hgml-profile-{v2.id}", v2.sliceCount,
-                                     v2.instanceCount, v2.memorySizeMB, offered, placements)
+            seen[v2.id] = _GiProfile(
+                v2.id,
+                name or f"hgml-profile-{v2.id}",
+                v2.sliceCount,
+                v2.instanceCount,
+                v2.memorySizeMB,
+                offered,
+                placements,
+            )
         return tuple(sorted(seen.values(), key=lambda p: p.id))
 
     def _profile_info(
@@ -187,7 +207,12 @@ class HgmlDriver:
         except CallFailed:
             return v2, 0
         agree = (v3.id, v3.sliceCount, v3.instanceCount, v3.memorySizeMB, text(v3.name)) == (
-            v2.id, v2.sliceCount, v2.instanceCount, v2.memorySizeMB, text(v2.name))
+            v2.id,
+            v2.sliceCount,
+            v2.instanceCount,
+            v2.memorySizeMB,
+            text(v2.name),
+        )
         return v2, v3.capabilities if agree else 0
 
     def _placements(
@@ -213,8 +238,14 @@ class HgmlDriver:
         uuid = self._string("list", index, "reading the UUID", self._api.hgmlDeviceGetUUID, dev)
         mode = "partition" if self._mig_enabled("list", index, dev) else "sliced"
         memory = api.Memory()
-        self._call("list", index, "reading the memory", self._api.hgmlDeviceGetMemoryInfo, dev,
-                   ctypes.byref(memory))
+        self._call(
+            "list",
+            index,
+            "reading the memory",
+            self._api.hgmlDeviceGetMemoryInfo,
+            dev,
+            ctypes.byref(memory),
+        )
         memory_mib = int(memory.total // 2**20)
         model = vendor.model_for("thead", memory_mib)
         return Card(index, uuid, model or name, mode, memory_mib)
@@ -237,9 +268,16 @@ class HgmlDriver:
         for prof in info.gi_profiles:
             array = (api.Handle * api.MAX_INSTANCES)()
             count = ctypes.c_uint(api.MAX_INSTANCES)
-            self._call(op, card, f"listing {prof.name} GPU instances",
-                       self._api.hgmlDeviceGetGpuInstances, dev, prof.id, array,
-                       ctypes.byref(count))
+            self._call(
+                op,
+                card,
+                f"listing {prof.name} GPU instances",
+                self._api.hgmlDeviceGetGpuInstances,
+                dev,
+                prof.id,
+                array,
+                ctypes.byref(count),
+            )
             for handle in array[: count.value]:
                 gi = self._gi_info(op, card, handle)
                 label = (info.by_id(gi.profileId) or prof).name
@@ -248,8 +286,14 @@ class HgmlDriver:
 
     def _gi_info(self, op: str, card: int, handle: api.Handle) -> api.GpuInstanceInfo:
         info = api.GpuInstanceInfo()
-        self._call(op, card, "reading a GPU instance", self._api.hgmlGpuInstanceGetInfo, handle,
-                   ctypes.byref(info))
+        self._call(
+            op,
+            card,
+            "reading a GPU instance",
+            self._api.hgmlGpuInstanceGetInfo,
+            handle,
+            ctypes.byref(info),
+        )
         return info
 
     def _mig_devices(self, op: str, card: int, dev: api.Handle) -> dict[int, list[_Mig]]:
@@ -289,12 +333,25 @@ class HgmlDriver:
         placement = api.Placement(spec.start, ours.size)
         gi = api.Handle()
         what = f"creating a {spec.profile} GPU instance at start {spec.start}"
-        self._change(op, card, None, what, self._api.hgmlDeviceCreateGpuInstanceWithPlacement,
-                     dev, chosen.id, ctypes.byref(placement), ctypes.byref(gi))
+        self._change(
+            op,
+            card,
+            None,
+            what,
+            self._api.hgmlDeviceCreateGpuInstanceWithPlacement,
+            dev,
+            chosen.id,
+            ctypes.byref(placement),
+            ctypes.byref(gi),
+        )
         return self._complete(spec, ours, chosen, dev, gi)
 
     def _complete(
-        self, spec: InstanceSpec, ours: profiles.Profile, chosen: _GiProfile, dev: api.Handle,
+        self,
+        spec: InstanceSpec,
+        ours: profiles.Profile,
+        chosen: _GiProfile,
+        dev: api.Handle,
         gi: api.Handle,
     ) -> Instance:
         """Give the new GI its whole-GI CI and find its UUID; on any failure, undo the GI."""
@@ -325,8 +382,13 @@ class HgmlDriver:
         for index in range(api.COMPUTE_PROFILE_PROBES):
             info = api.ComputeProfileInfo()
             try:
-                call(self._api.hgmlGpuInstanceGetComputeInstanceProfileInfo, gi, index,
-                     api.ENGINE_SHARED, ctypes.byref(info))
+                call(
+                    self._api.hgmlGpuInstanceGetComputeInstanceProfileInfo,
+                    gi,
+                    index,
+                    api.ENGINE_SHARED,
+                    ctypes.byref(info),
+                )
             except CallFailed as exc:
                 if exc.code in ABSENT:
                     continue
@@ -334,8 +396,10 @@ class HgmlDriver:
             if info.sliceCount == chosen.slices:
                 ids.add(info.id)
         if len(ids) != 1:
-            cause = (f"GI profile {chosen.name} ({chosen.slices} slices) offers "
-                     f"{len(ids)} whole-instance compute profiles ({sorted(ids)}), not exactly one")
+            cause = (
+                f"GI profile {chosen.name} ({chosen.slices} slices) offers "
+                f"{len(ids)} whole-instance compute profiles ({sorted(ids)}), not exactly one"
+            )
             raise UnknownError("create", card, None, cause)
         return ids.pop()
 
@@ -358,8 +422,12 @@ class HgmlDriver:
             call(self._api.hgmlDeviceGetGpuInstanceById, dev, expected.gi_id, ctypes.byref(handle))
         except CallFailed as exc:
             if exc.code == ERROR_NOT_FOUND:
-                raise NotFoundError(op, card, name, f"no GPU instance {expected.gi_id} exists") from exc
-            raise ReadError(op, card, name, f"looking up GPU instance {expected.gi_id}: {exc}") from exc
+                raise NotFoundError(
+                    op, card, name, f"no GPU instance {expected.gi_id} exists"
+                ) from exc
+            raise ReadError(
+                op, card, name, f"looking up GPU instance {expected.gi_id}: {exc}"
+            ) from exc
         gi = self._gi_info(op, card, handle)
         known = self._card_info(op, card, dev).by_id(gi.profileId)
         cis = self._mig_devices(op, card, dev).get(expected.gi_id, [])
@@ -371,22 +439,40 @@ class HgmlDriver:
         for ci_id, uuid, _ in cis:
             ci = api.Handle()
             try:
-                call(self._api.hgmlGpuInstanceGetComputeInstanceById, handle, ci_id, ctypes.byref(ci))
+                call(
+                    self._api.hgmlGpuInstanceGetComputeInstanceById, handle, ci_id, ctypes.byref(ci)
+                )
             except CallFailed as exc:
                 if exc.code == ERROR_NOT_FOUND:
                     continue  # the CI is already gone; the GI still has to go
-                raise ReadError(op, card, uuid, f"looking up compute instance {ci_id}: {exc}") from exc
-            self._change(op, card, uuid, f"destroying compute instance {ci_id}",
-                         self._api.hgmlComputeInstanceDestroy, ci)
-        self._change(op, card, name, f"destroying GPU instance {expected.gi_id}",
-                     self._api.hgmlGpuInstanceDestroy, handle)
+                raise ReadError(
+                    op, card, uuid, f"looking up compute instance {ci_id}: {exc}"
+                ) from exc
+            self._change(
+                op,
+                card,
+                uuid,
+                f"destroying compute instance {ci_id}",
+                self._api.hgmlComputeInstanceDestroy,
+                ci,
+            )
+        self._change(
+            op,
+            card,
+            name,
+            f"destroying GPU instance {expected.gi_id}",
+            self._api.hgmlGpuInstanceDestroy,
+            handle,
+        )
 
     def is_busy(self, instance: Instance) -> bool:
         op, card = "busy", instance.card
         dev = self._device(op, card)
         devices = self._mig_devices(op, card, dev).get(instance.gi_id, [])
         if not devices:
-            cause = f"no MIG device addresses GPU instance {instance.gi_id}; cannot tell who uses it"
+            cause = (
+                f"no MIG device addresses GPU instance {instance.gi_id}; cannot tell who uses it"
+            )
             raise ReadError(op, card, instance.uuid or None, cause)
         if instance.uuid and all(uuid != instance.uuid for _, uuid, _ in devices):
             raise NotFoundError(op, card, instance.uuid, "no MIG device has this UUID")
@@ -411,9 +497,10 @@ class HgmlDriver:
         return thead_nodes.edits(self.root, inst, minor)
 
 
-def _instance(card: int, gi_id: int, label: str, start: int, size: int, devices: list[_Mig]) -> Instance:
+def _instance(
+    card: int, gi_id: int, label: str, start: int, size: int, devices: list[_Mig]
+) -> Instance:
     # A GI without a CI (an interrupted create or destroy, or carved by hand) still occupies its
     # slices: listed with CI id -1 and no UUID rather than left out.
     ci_id, uuid = (devices[0][0], devices[0][1]) if devices else (-1, "")
     return Instance(card, label, start, size, gi_id, ci_id, uuid)
-

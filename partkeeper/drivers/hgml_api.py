@@ -37,22 +37,41 @@ class Placement(Structure):
     _fields_ = [("start", c_uint), ("size", c_uint)]
 
 
-_ENGINES = [(n, c_uint) for n in ("multiprocessorCount", "copyEngineCount", "decoderCount",
-                                  "encoderCount", "jpegCount", "ofaCount")]
+_ENGINES = [
+    (n, c_uint)
+    for n in (
+        "multiprocessorCount",
+        "copyEngineCount",
+        "decoderCount",
+        "encoderCount",
+        "jpegCount",
+        "ofaCount",
+    )
+]
 
 
 class ProfileInfoV2(Structure):
     _fields_ = [
-        ("version", c_uint), ("id", c_uint), ("isP2pSupported", c_uint), ("sliceCount", c_uint),
-        ("instanceCount", c_uint), *_ENGINES, ("memorySizeMB", c_ulonglong),
+        ("version", c_uint),
+        ("id", c_uint),
+        ("isP2pSupported", c_uint),
+        ("sliceCount", c_uint),
+        ("instanceCount", c_uint),
+        *_ENGINES,
+        ("memorySizeMB", c_ulonglong),
         ("name", c_char * NAME_SIZE),
     ]
 
 
 class ProfileInfoV3(Structure):
     _fields_ = [
-        ("version", c_uint), ("id", c_uint), ("sliceCount", c_uint), ("instanceCount", c_uint),
-        *_ENGINES, ("memorySizeMB", c_ulonglong), ("name", c_char * NAME_SIZE),
+        ("version", c_uint),
+        ("id", c_uint),
+        ("sliceCount", c_uint),
+        ("instanceCount", c_uint),
+        *_ENGINES,
+        ("memorySizeMB", c_ulonglong),
+        ("name", c_char * NAME_SIZE),
         ("capabilities", c_uint),
     ]
 
@@ -62,24 +81,43 @@ PROFILE_V3 = ctypes.sizeof(ProfileInfoV3) | 3 << 24  # 0x03000098
 
 
 class GpuInstanceInfo(Structure):
-    _fields_ = [("device", Handle), ("id", c_uint), ("profileId", c_uint),
-                ("placement", Placement)]
+    _fields_ = [("device", Handle), ("id", c_uint), ("profileId", c_uint), ("placement", Placement)]
 
 
 class ComputeProfileInfo(Structure):
-    _fields_ = [(n, c_uint) for n in (
-        "id", "sliceCount", "instanceCount", "multiprocessorCount", "sharedCopyEngineCount",
-        "sharedDecoderCount", "sharedEncoderCount", "sharedJpegCount", "sharedOfaCount")]
+    _fields_ = [
+        (n, c_uint)
+        for n in (
+            "id",
+            "sliceCount",
+            "instanceCount",
+            "multiprocessorCount",
+            "sharedCopyEngineCount",
+            "sharedDecoderCount",
+            "sharedEncoderCount",
+            "sharedJpegCount",
+            "sharedOfaCount",
+        )
+    ]
 
 
 class ComputeInstanceInfo(Structure):
-    _fields_ = [("device", Handle), ("gpuInstance", Handle), ("id", c_uint),
-                ("profileId", c_uint), ("placement", Placement)]
+    _fields_ = [
+        ("device", Handle),
+        ("gpuInstance", Handle),
+        ("id", c_uint),
+        ("profileId", c_uint),
+        ("placement", Placement),
+    ]
 
 
 class ProcessInfo(Structure):
-    _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
-                ("computeInstanceId", c_uint)]
+    _fields_ = [
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
 
 
 def candidates(env: dict[str, str] | None = None) -> list[str]:

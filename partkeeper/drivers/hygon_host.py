@@ -16,7 +16,8 @@ import re
 import stat
 from pathlib import Path
 
-from partkeeper.drivers.base import ContainerEdits, DeviceNode, HostMount, Instance, ReadError
+from partkeeper.devices import DeviceNode
+from partkeeper.drivers.base import ContainerEdits, HostMount, Instance, ReadError
 
 REGISTRY = "/etc/dmi_mig_config"
 HYHAL = "/opt/hyhal"
@@ -85,8 +86,11 @@ def leftovers(root: Path) -> list[str]:
         return []
     except OSError as exc:
         raise ReadError("list", None, None, f"cannot list {REGISTRY}/ci: {exc.strerror}") from exc
-    return [f"{REGISTRY}/ci/{e.name}" for e in entries
-            if e.name.endswith(".conf") and e.is_dir(follow_symlinks=False)]
+    return [
+        f"{REGISTRY}/ci/{e.name}"
+        for e in entries
+        if e.name.endswith(".conf") and e.is_dir(follow_symlinks=False)
+    ]
 
 
 def remove_leftover(root: Path, record: str) -> None:
@@ -95,7 +99,9 @@ def remove_leftover(root: Path, record: str) -> None:
         raise ValueError(f"{record} is not a record path under {REGISTRY}/ci")
     path = host(root, record)
     if not stat.S_ISDIR(os.lstat(path).st_mode):
-        raise ValueError(f"{record} is not a directory; only a directory squatting there is removed")
+        raise ValueError(
+            f"{record} is not a directory; only a directory squatting there is removed"
+        )
     os.rmdir(path)  # OSError (ENOTEMPTY) if anything is inside: then it is left for a person
 
 
@@ -132,12 +138,15 @@ def edits(root: Path, inst: Instance, pci: str) -> ContainerEdits:
     record = conf_record(inst.card, inst.gi_id, inst.ci_id)
     where = host(root, record)
     if inst.ci_id < 0 or not where.is_file() or where.is_symlink():
-        cause = (f"the partition record {record} is not a file; binding it would make the "
-                 "runtime create a directory there")
+        cause = (
+            f"the partition record {record} is not a file; binding it would make the "
+            "runtime create a directory there"
+        )
         raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
     devices = [_node(root, p, inst) for p in (*CONTROL_NODES, *_drm_nodes(root, inst, pci))]
     mounts = [HostMount(record, str(where))]
     if host(root, HYHAL).is_dir():
         mounts.insert(0, HostMount(HYHAL, str(host(root, HYHAL))))
-    return ContainerEdits(env={VISIBLE_ENV: inst.uuid}, devices=tuple(devices),
-                          mounts=tuple(mounts))
+    return ContainerEdits(
+        env={VISIBLE_ENV: inst.uuid}, devices=tuple(devices), mounts=tuple(mounts)
+    )

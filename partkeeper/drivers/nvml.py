@@ -12,7 +12,7 @@ library as given (no argtypes), so every struct the header takes by pointer is p
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
     Card,
+    ContainerEdits,
     DriverError,
     IdentityMismatchError,
     Instance,
@@ -30,6 +31,7 @@ from partkeeper.drivers.base import (
     PlacementError,
     ReadError,
     UnknownError,
+    nvidia_edits,
 )
 from partkeeper.drivers.nvml_tables import CardInfo, GiProfile, model_for
 
@@ -357,6 +359,11 @@ class NvmlDriver:
                 return  # the CI is already gone; the GI still has to go
             what = f"destroying compute instance {ci_id}"
             raise self._mapped("destroy", card, uuid, what, exc) from exc
+
+    def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
+        """NVIDIA's runtime hook takes the MIG UUIDs from the env; the device nodes NVIDIA's
+        device plugin passes are added by the allocator's handoff (partkeeper/devices.py)."""
+        return nvidia_edits(instances)
 
     def is_busy(self, instance: Instance) -> bool:
         op, card = "busy", instance.card

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Vendor = Literal["nvidia", "thead", "hygon"]
+# Vendors whose runtime makes exactly one partition visible to a container (docs/drivers.md).
+ONE_PARTITION_PER_CONTAINER: frozenset[Vendor] = frozenset({"thead", "hygon"})
 
 
 @dataclass(frozen=True, slots=True)

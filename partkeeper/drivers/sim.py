@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -28,6 +28,7 @@ from filelock import Timeout
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import (
     Card,
+    ContainerEdits,
     DriverError,
     IdentityMismatchError,
     Instance,
@@ -37,6 +38,7 @@ from partkeeper.drivers.base import (
     PlacementError,
     ReadError,
     UnknownError,
+    nvidia_edits,
 )
 from partkeeper.drivers.sim_state import (
     FAULT_ERRORS,
@@ -61,6 +63,7 @@ from partkeeper.drivers.sim_state import (
     snapshot,
     write_state,
 )
+from partkeeper.drivers.vendor import one_partition
 
 __all__ = [
     "FAULT_ERRORS",
@@ -211,6 +214,21 @@ class SimDriver:
 
     def is_busy(self, instance: Instance) -> bool:
         return self._transact("busy", lambda s: _find(s, instance, "busy")[1].busy)
+
+    def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
+        """Each vendor's rules without its device nodes (the sim has none): NVIDIA's env for
+        NVIDIA cards; one partition per container on T-Head and Hygon, Hygon's env variable."""
+
+        def vendors(state: SimState) -> set[str]:
+            return {profiles.model(_card(state, i.card, "allocate", NotFoundError).model).vendor
+                    for i in instances}
+
+        found = self._transact("allocate", vendors)
+        if found <= {"nvidia"}:
+            return nvidia_edits(instances)
+        inst = one_partition(instances, "/".join(sorted(found - {"nvidia"})))
+        env = {"DMI_MIG_VISIBLE_DEVICE": inst.uuid} if "hygon" in found else {}
+        return ContainerEdits(env=env)
 
     # -- controls (`partkeeper sim ...` and tests) --------------------------------------------
 

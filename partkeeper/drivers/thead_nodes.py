@@ -18,7 +18,8 @@ import re
 import stat
 from pathlib import Path
 
-from partkeeper.drivers.base import ContainerEdits, DeviceNode, Instance, ReadError
+from partkeeper.devices import DeviceNode
+from partkeeper.drivers.base import ContainerEdits, Instance, ReadError
 
 CONTROL_NODES = ("/dev/alixpu", "/dev/alixpu_ctl")
 _MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
@@ -58,8 +59,10 @@ def require_node(
     if not stat.S_ISCHR(st.st_mode):
         raise ReadError("allocate", inst.card, inst.uuid, f"{path} is not a character device")
     if minor is not None and os.minor(st.st_rdev) != minor:
-        cause = (f"{path} has minor {os.minor(st.st_rdev)}, but the card reports {minor}; "
-                 "refusing to hand over a node that may be another PPU's")
+        cause = (
+            f"{path} has minor {os.minor(st.st_rdev)}, but the card reports {minor}; "
+            "refusing to hand over a node that may be another PPU's"
+        )
         raise ReadError("allocate", inst.card, inst.uuid, cause)
     return DeviceNode(path, str(where), permissions)
 
@@ -71,8 +74,10 @@ def edits(root: Path, inst: Instance, card_minor: int) -> ContainerEdits:
         raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
     nodes = [require_node(root, path, inst) for path in CONTROL_NODES]
     nodes.append(require_node(root, f"/dev/alixpu_ppu{inst.card}", inst, card_minor))
-    for record in (capability_record(inst.card, inst.gi_id),
-                   capability_record(inst.card, inst.gi_id, inst.ci_id)):
+    for record in (
+        capability_record(inst.card, inst.gi_id),
+        capability_record(inst.card, inst.gi_id, inst.ci_id),
+    ):
         minor = read_minor(root, record, inst)
         path = f"/dev/alixpu-caps/alixpu-cap{minor}"
         nodes.append(require_node(root, path, inst, minor, permissions="r"))

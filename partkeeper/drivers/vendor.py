@@ -1,4 +1,4 @@
-"""What the T-Head and Hygon drivers share: profile names, card models, placement and identity checks.
+"""What the T-Head and Hygon drivers share: profile names, models, placement and identity checks.
 
 Pure functions over what a vendor library reported; the drivers keep the library calls.
 """
@@ -50,8 +50,9 @@ def legal_shape(
     `offered` are the profile names the library reported; `placements` the library's legal
     (start, size) for this profile. Both must agree with profiles.py before anything is created."""
     if model is None:
-        raise PlacementError("create", spec.card, None, "the card's model is not in partkeeper's "
-                             "profile tables")
+        raise PlacementError(
+            "create", spec.card, None, "the card's model is not in partkeeper's profile tables"
+        )
     table = profiles.model(model).profiles
     ours = table.get(spec.profile)
     if ours is None or spec.profile not in set(offered):
@@ -82,15 +83,18 @@ def check_identity(expected: Instance, found: Instance) -> None:
         return
     now = found.uuid or "no compute instance"
     cause = f"GPU instance {found.gi_id} is {found.profile} at start {found.start} with {now}"
-    raise IdentityMismatchError("destroy", expected.card, expected.uuid or f"GI {expected.gi_id}",
-                                cause)
+    raise IdentityMismatchError(
+        "destroy", expected.card, expected.uuid or f"GI {expected.gi_id}", cause
+    )
 
 
 def one_partition(instances: Sequence[Instance], vendor: str) -> Instance:
     """The one partition a container of this vendor can use; more is refused with a sentence."""
     if len(instances) != 1:
         raise PlacementError(
-            "allocate", instances[0].card if instances else None, None,
+            "allocate",
+            instances[0].card if instances else None,
+            None,
             f"a {vendor} container can use exactly one partition, and this one was given "
             f"{len(instances)}; request one partition per container",
         )

@@ -115,6 +115,9 @@ class Allocator:
         self, offer: Offer, device_ids: Sequence[str]
     ) -> tuple[pb.ContainerAllocateResponse, str]:
         ids = _checked(offer, device_ids)
+        models = [self.ctx.card(c).model for c in offer.cards if offer.kind == "partition"]
+        if (why := reply.too_many_for_one_container(models, len(ids))) is not None:
+            raise Refusal(Result.INVALID, f"Allocate for {offer.resource}: {why}")
         # One decision at a time in this process, so two concurrent Allocates never pick the
         # same container before either has written its claim (kubelet admits one at a time).
         async with self._choosing:
@@ -320,8 +323,8 @@ class Allocator:
             response = reply.slice_response(claims, config, self.ctx.config.pods_dir)
         else:
             await self._write_descriptors(claims)
-            nodes, cdi_names = await handoff.prepare(self.ctx, claims)
-            response = reply.partition_response(claims, nodes, cdi_names)
+            edits, cdi_names = await handoff.prepare(self.ctx, claims)
+            response = reply.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response
 

@@ -1,20 +1,26 @@
-"""Handing active partitions to the container: device nodes and, with the CDI strategy, specs.
+"""Handing active partitions to the container: the driver's container edits, device nodes and,
+with the CDI strategy, specs.
 
-The nvml driver's partitions get the device specs NVIDIA's device plugin passes (card node, the
-two MIG capability nodes, the control nodes; see partkeeper/devices.py); the sim driver has no
-device nodes. With `PK_DEVICE_LIST_STRATEGY=cdi` each partition also gets a CDI spec in
-`PK_CDI_DIR` (partkeeper/cdi.py), named by its claim id, returned in `cdi_devices`. Runs after the
-claims are active and the descriptors written; a retried Allocate writes the same bytes again.
+Every driver says what its vendor's container needs (`driver.container_edits`: env, device nodes,
+mounts; docs/drivers.md, Container edits); the nvml driver's partitions also get the device specs
+NVIDIA's device plugin passes (card node, the two MIG capability nodes, the control nodes; see
+partkeeper/devices.py); the sim driver has no device nodes. With `PK_DEVICE_LIST_STRATEGY=cdi`
+each partition also gets a CDI spec in `PK_CDI_DIR` (partkeeper/cdi.py) carrying its container
+edits, named by its claim id, returned in `cdi_devices`. Runs after the claims are active and the
+descriptors written; a retried Allocate writes the same bytes again.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 
 from partkeeper import cdi
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
+from partkeeper.drivers.base import ContainerEdits, DriverError
 from schemas import Claim
+from services.allocator import reply
 from services.allocator.context import Context
 from services.allocator.refusal import Refusal, Result
 
@@ -34,21 +40,37 @@ async def _nodes(ctx: Context, claim: Claim) -> list[DeviceNode]:
                       f"device nodes cannot be named: {exc}; kubelet may retry") from exc
 
 
-async def prepare(ctx: Context, claims: Sequence[Claim]) -> tuple[list[DeviceNode], list[str]]:
-    """The device nodes of `claims` (each once) and the qualified CDI names written for them."""
-    nodes: list[DeviceNode] = []
+async def _edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
+    """The driver's container edits for `claims`; a refusal is a sentence (the claims stay active,
+    so kubelet's retry gets the same partitions and asks again)."""
+    try:
+        return await ctx.hardware(ctx.driver.container_edits, reply.instances_of(claims))
+    except DriverError as exc:
+        first = claims[0]
+        raise Refusal(Result.UNAVAILABLE, f"the partition(s) of claim(s) "
+                      f"{','.join(c.id for c in claims)} of Pod {first.namespace}/{first.name} "
+                      f"({first.pod_uid}) are made but {exc}; kubelet may retry") from exc
+
+
+async def prepare(ctx: Context, claims: Sequence[Claim]) -> tuple[ContainerEdits, list[str]]:
+    """The container edits of `claims` (device nodes each once) and the qualified CDI names
+    written for them."""
+    edits = await _edits(ctx, claims)
+    nodes: list[DeviceNode] = list(edits.devices)
     names: list[str] = []
     for claim in claims:
         mine = await _nodes(ctx, claim)
         nodes.extend(n for n in mine if n not in nodes)
         if ctx.config.device_list_strategy != "cdi" or claim.instance is None:
             continue
+        own = edits if len(claims) == 1 else await _edits(ctx, [claim])
         env = {"PK_CLAIM_IDS": claim.id, "PK_POD_UID": claim.pod_uid}
-        spec = cdi.spec_for(claim.id, claim.instance.uuid, mine, env)
+        spec = cdi.spec_for(claim.id, claim.instance.uuid, [*own.devices, *mine], env,
+                            vendor_env=own.env, mounts=own.mounts)
         try:
             await asyncio.to_thread(cdi.write_spec, ctx.config.cdi_dir, claim.id, spec)
         except cdi.CdiError as exc:
             raise Refusal(Result.UNAVAILABLE, f"partition {claim.instance.uuid} (claim "
                           f"{claim.id}, active) is made but {exc}; kubelet may retry") from exc
         names.append(cdi.qualified(claim.id))
-    return nodes, names
+    return replace(edits, devices=tuple(nodes)), names

@@ -1,10 +1,12 @@
 """What a container gets: the Allocate response and the partition descriptor (pure builders).
 
-Partitions: `NVIDIA_VISIBLE_DEVICES` is the MIG device UUID(s) exactly as the driver reported
-them, comma separated in token order, plus `PK_*` variables describing the partition(s), the
-device specs of the nvml driver's partitions and, with the CDI strategy, their CDI device names
-(see handoff.py). Slices:
-the card UUID(s), the limits, and mounts of the limiter file (read-only) and the cache dir.
+Partitions: the container edits the driver gives for them (NVIDIA and the sim:
+`NVIDIA_VISIBLE_DEVICES` = the MIG device UUID(s) exactly as the driver reported them, comma
+separated in token order, plus, from the nvml driver, the device specs NVIDIA's device plugin
+passes; T-Head: device nodes; Hygon: device nodes, mounts and `DMI_MIG_VISIBLE_DEVICE`), `PK_*`
+variables describing the partition(s) and, with the CDI strategy, their CDI device names (see
+handoff.py). Slices: the card UUID(s), the limits, and mounts of the limiter file (read-only) and
+the cache dir.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from partkeeper.devices import DeviceNode
-from partkeeper.drivers import Card
+from partkeeper.drivers import Card, profiles
+from partkeeper.drivers.base import ContainerEdits, Instance
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.workdir import sliced_dir
 from schemas import Claim
@@ -62,15 +64,38 @@ def in_token_order(claims: Sequence[Claim], tokens: Sequence[str]) -> list[Claim
                                             default=len(rank)))
 
 
+def too_many_for_one_container(models: Sequence[str], quantity: int) -> str | None:
+    """Why `quantity` partitions on cards of these models cannot go to one container, or None.
+
+    T-Head's and Hygon's runtimes make exactly one partition visible to a container, so a request
+    for more is refused before anything is claimed or created."""
+    vendors = {m.vendor for m in map(profiles.MODELS.get, models) if m is not None}
+    single = sorted(vendors & profiles.ONE_PARTITION_PER_CONTAINER)
+    if quantity <= 1 or not single:
+        return None
+    return (f"a container can use exactly one {'/'.join(single)} partition and this one asked for "
+            f"{quantity}; request one partition per container")
+
+
+def instances_of(claims: Sequence[Claim]) -> list[Instance]:
+    """The live partitions of active claims, as the driver reported them."""
+    found = []
+    for c in claims:
+        if c.instance is None:
+            raise ValueError("every claim must be active with an instance before replying")
+        live = c.instance
+        found.append(Instance(c.card, c.profile, c.start, c.size, live.gi_id, live.ci_id,
+                              live.uuid))
+    return found
+
+
 def partition_response(
-    claims: Sequence[Claim], nodes: Sequence[DeviceNode] = (), cdi_names: Sequence[str] = ()
+    claims: Sequence[Claim], edits: ContainerEdits, cdi_names: Sequence[str] = ()
 ) -> pb.ContainerAllocateResponse:
-    uuids = [c.instance.uuid for c in claims if c.instance is not None]
-    if len(uuids) != len(claims):
-        raise ValueError("every claim must be active with an instance before replying")
+    uuids = [i.uuid for i in instances_of(claims)]
     first = claims[0]
     envs = {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
+        **edits.env,
         "PK_RESOURCE": first.resource,
         "PK_PARTITION_PROFILE": first.profile,
         "PK_PARTITION_UUIDS": ",".join(uuids),
@@ -82,10 +107,13 @@ def partition_response(
     devices = [
         pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path,
                       permissions=n.permissions)
-        for n in nodes
+        for n in edits.devices
     ]
+    mounts = [pb.Mount(container_path=m.container_path, host_path=m.host_path,
+                       read_only=m.read_only) for m in edits.mounts]
     cdi_devices = [pb.CDIDevice(name=name) for name in cdi_names]
-    return pb.ContainerAllocateResponse(envs=envs, devices=devices, cdi_devices=cdi_devices)
+    return pb.ContainerAllocateResponse(envs=envs, devices=devices, mounts=mounts,
+                                        cdi_devices=cdi_devices)
 
 
 def slice_response(

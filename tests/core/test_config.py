@@ -43,7 +43,7 @@ def test_values_are_read() -> None:
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
-        ({"PK_DRIVER": "cuda"}, "PK_DRIVER='cuda' is not valid; expected one of: nvml, sim"),
+        ({"PK_DRIVER": "cuda"}, "PK_DRIVER='cuda' is not valid; expected one of: nvml, hgml, dmi, sim"),
         ({"PK_FOREIGN_POLICY": "nuke"}, "PK_FOREIGN_POLICY"),
         ({"PK_RESYNC_SECONDS": "soon"}, "PK_RESYNC_SECONDS='soon' is not a number"),
         ({"PK_RESYNC_SECONDS": "0"}, "must be at least"),
@@ -123,5 +123,5 @@ def test_service_with_bad_config_exits_2_with_one_sentence() -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        "partkeeper gc: PK_DRIVER='cuda' is not valid; expected one of: nvml, sim"
+        "partkeeper gc: PK_DRIVER='cuda' is not valid; expected one of: nvml, hgml, dmi, sim"
     )

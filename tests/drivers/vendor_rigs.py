@@ -44,8 +44,9 @@ def thead_rig(library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, modes: 
     return Rig("hgml", fake, root, fake_hgml.host_nodes(root, len(modes)))
 
 
-def hygon_rig(library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, cards: int,
-              mig: bool = True) -> Rig:
+def hygon_rig(
+    library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, cards: int, mig: bool = True
+) -> Rig:
     """DCUs under one node-wide MIG mode, the host under tmp/host-dcu."""
     root = tmp / "host-dcu"
     root.mkdir()

@@ -20,7 +20,9 @@ ProfileFact = tuple[int, int, int, int, int, int, int, str]
 
 def build_vendor(source: Path, soname: str, out_dir: Path) -> Path:
     return build_shared_library(
-        soname, [source, *COMMON_SOURCES, PARTS_SOURCE], out_dir,
+        soname,
+        [source, *COMMON_SOURCES, PARTS_SOURCE],
+        out_dir,
         include_dirs=[COMMON_INCLUDE, source.parent],
     )
 
@@ -32,29 +34,44 @@ class FakeParts(FakeLibrary):
     def create(cls, library: Path, state: Path, root: Path | None = None):
         """A new state with no cards; the fake keeps the driver's files under `root`."""
         fake = cls(library, state)
-        fake.check(fake.lib.fake_parts_new(bytes(state), bytes(root) if root else None),
-                   "creating the state")
+        fake.check(
+            fake.lib.fake_parts_new(bytes(state), bytes(root) if root else None),
+            "creating the state",
+        )
         return fake
 
     def set_mode(self, current: int, pending: int | None = None) -> None:
         pending = current if pending is None else pending
         self.check(self.lib.fake_parts_set_mode(bytes(self.state), current, pending), "mode")
 
-    def add_card(self, mig: int, minor: int, memory_mib: int, pci: str, uuid: str,
-                 name: str) -> int:
+    def add_card(
+        self, mig: int, minor: int, memory_mib: int, pci: str, uuid: str, name: str
+    ) -> int:
         rc = self.lib.fake_parts_add_card(
-            bytes(self.state), mig, mig, minor, ctypes.c_ulonglong(memory_mib), pci.encode(),
-            uuid.encode(), name.encode())
+            bytes(self.state),
+            mig,
+            mig,
+            minor,
+            ctypes.c_ulonglong(memory_mib),
+            pci.encode(),
+            uuid.encode(),
+            name.encode(),
+        )
         self.cards += 1
         return self.check(rc, f"adding card {pci}")
 
-    def add_profiles(self, card: int, facts: list[ProfileFact],
-                     placements: dict[int, list[tuple[int, int]]],
-                     compute: list[tuple[int, int, int]]) -> None:
+    def add_profiles(
+        self,
+        card: int,
+        facts: list[ProfileFact],
+        placements: dict[int, list[tuple[int, int]]],
+        compute: list[tuple[int, int, int]],
+    ) -> None:
         s = bytes(self.state)
         for probe, pid, slices, mem, count, mb, caps, name in facts:
-            rc = self.lib.fake_parts_add_profile(s, card, probe, pid, slices, mem, count,
-                                                 ctypes.c_ulonglong(mb), caps, name.encode())
+            rc = self.lib.fake_parts_add_profile(
+                s, card, probe, pid, slices, mem, count, ctypes.c_ulonglong(mb), caps, name.encode()
+            )
             self.check(rc, f"adding profile {name}")
         for pid, spots in placements.items():
             for start, size in spots:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakes.parts import FakeParts, ProfileFact, build_vendor
 from fakes.hostfs import char_device
+from fakes.parts import FakeParts, ProfileFact, build_vendor
 
 SOURCE = Path(__file__).with_name("fake_hgml.c")
 SONAME = "libhgml.so"
@@ -39,8 +39,9 @@ class FakeHgml(FakeParts):
         """A PPU with the measured profiles (or `profiles`), and its device nodes on the host."""
         index = self.cards
         uuid = f"GPU-5e2d1c00-0000-4000-8000-{index:012x}"
-        self.add_card(int(mig), index + 1, PPU_MEMORY_MIB, f"0000:{0x10 + index:02x}:00.0", uuid,
-                      "T-Head PPU")
+        self.add_card(
+            int(mig), index + 1, PPU_MEMORY_MIB, f"0000:{0x10 + index:02x}:00.0", uuid, "T-Head PPU"
+        )
         if mig:
             self.add_profiles(index, profiles or PROFILES, PLACEMENTS, COMPUTE)
         return index
