@@ -43,6 +43,22 @@ def nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return nvml.build(tmp_path_factory.mktemp("fake-nvml"))
 
 
+@pytest.fixture(scope="session")
+def hgml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libhgml.so of tests/fakes/hgml; see FakeHgml.create for a card state."""
+    from fakes import hgml
+
+    return hgml.build(tmp_path_factory.mktemp("fake-hgml"))
+
+
+@pytest.fixture(scope="session")
+def dmi_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libhydmi_mig.so.1 of tests/fakes/dmi; see FakeDmi.create for a card state."""
+    from fakes import dmi
+
+    return dmi.build(tmp_path_factory.mktemp("fake-dmi"))
+
+
 @pytest.fixture
 async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
     client = await nats.connect(nats_server.url)

@@ -62,3 +62,9 @@ HARNESSES: dict[str, Callable[[pytest.FixtureRequest], Harness]] = {"sim": _sim,
 @pytest.fixture(params=sorted(HARNESSES))
 def harness(request: pytest.FixtureRequest) -> Harness:
     return HARNESSES[request.param](request)
+
+
+@pytest.fixture
+def vendor_libraries(hgml_library: Path, dmi_library: Path) -> dict[str, Path]:
+    """The fake T-Head and Hygon libraries (built once per session, tests/conftest.py)."""
+    return {"hgml": hgml_library, "dmi": dmi_library}
