@@ -43,7 +43,7 @@ def test_values_are_read() -> None:
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
-        ({"PK_DRIVER": "cuda"}, "PK_DRIVER='cuda' is not valid; expected one of: nvml, hgml, dmi, sim"),
+        ({"PK_DRIVER": "cuda"}, "PK_DRIVER='cuda' is not valid; expected one of: nvml, hgml, dmi"),
         ({"PK_FOREIGN_POLICY": "nuke"}, "PK_FOREIGN_POLICY"),
         ({"PK_RESYNC_SECONDS": "soon"}, "PK_RESYNC_SECONDS='soon' is not a number"),
         ({"PK_RESYNC_SECONDS": "0"}, "must be at least"),
