@@ -23,7 +23,7 @@ from partkeeper.drivers.base import DriverError, Instance, NotFoundError
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims
-from services.reclaimer import foreign
+from services.reclaimer import foreign, leftovers
 from services.reclaimer.context import Context
 from services.reclaimer.decide import Step, decide, sighting
 from services.reclaimer.jobs import Jobs
@@ -76,6 +76,7 @@ class Reconciler:
         verdicts = await self._verdicts(snap.docs)
         self._claims(snap, verdicts)
         await self._foreign(snap)
+        await leftovers.sweep(self.ctx.driver)
         self.passes += 1
         return True
 
