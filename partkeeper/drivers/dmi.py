@@ -409,6 +409,39 @@ class DmiDriver:
         )
         raise ReadError("busy", instance.card, instance.uuid or None, cause)
 
+    # -- partkeeper probe ---------------------------------------------------------------------
+
+    def probe_view(self, card: int) -> dict[str, Any]:
+        """The node-wide MIG mode, and the card's profiles with the library's ids, the slice index
+        they were asked by and their placements beside the tables (read-only)."""
+        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
+        self._read(
+            "probe",
+            None,
+            "reading the node's MIG mode",
+            self._api.nvmlGetSystemMigMode,
+            ctypes.byref(current),
+            ctypes.byref(pending),
+        )
+        view: dict[str, Any] = {
+            "mig": {
+                "current": current.value == api.MIG_ENABLE,
+                "pending": pending.value == api.MIG_ENABLE,
+                "node_wide": True,
+            },
+            "profiles": [],
+        }
+        if current.value == api.MIG_ENABLE:
+            dev, _ = self._device("probe", card)
+            model = self._card(card, "partition").model
+            view["profiles"] = [
+                vendor.profile_view(
+                    p.name, p.id, p.slices - 1, len(p.placements), p.placements, model, True
+                )
+                for p in self._card_profiles("probe", card, dev)
+            ]
+        return view
+
     # -- registry leftovers and what a container gets -----------------------------------------
 
     def leftovers(self) -> list[str]:

@@ -488,6 +488,36 @@ class HgmlDriver:
             raise ReadError("busy", card, None, f"listing the processes: {exc}") from exc
         return count.value
 
+    # -- partkeeper probe ---------------------------------------------------------------------
+
+    def probe_view(self, card: int) -> dict[str, Any]:
+        """MIG mode, and the profiles with the library's ids, probe indices and placements beside
+        the tables (read-only)."""
+        dev = self._device("probe", card)
+        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
+        try:
+            call(self._api.hgmlDeviceGetMigMode, dev, ctypes.byref(current), ctypes.byref(pending))
+        except CallFailed as exc:
+            if exc.code != ERROR_NOT_SUPPORTED:
+                raise ReadError("probe", card, None, f"reading the MIG mode: {exc}") from exc
+            return {"mig": None, "profiles": []}
+        view: dict[str, Any] = {
+            "mig": {
+                "current": current.value == api.MIG_ENABLE,
+                "pending": pending.value == api.MIG_ENABLE,
+            },
+            "profiles": [],
+        }
+        if current.value == api.MIG_ENABLE:
+            info = self._card_info("probe", card, dev)
+            view["profiles"] = [
+                vendor.profile_view(
+                    p.name, p.id, None, p.count, p.placements, info.model, p.offered
+                )
+                for p in info.gi_profiles
+            ]
+        return view
+
     # -- what a container gets ----------------------------------------------------------------
 
     def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:

@@ -99,3 +99,27 @@ def one_partition(instances: Sequence[Instance], vendor: str) -> Instance:
             f"{len(instances)}; request one partition per container",
         )
     return instances[0]
+
+
+def profile_view(
+    name: str,
+    library_id: int,
+    probe: int | None,
+    instances: int,
+    placements: Sequence[tuple[int, int]],
+    model: str | None,
+    offered: bool,
+) -> dict[str, object]:
+    """One profile as `partkeeper probe` shows it: the library's answer beside our table's."""
+    ours = profiles.MODELS[model].profiles.get(name) if model in profiles.MODELS else None
+    table = [list(p) for p in ours.placements()] if ours and offered else None
+    return {
+        "name": name,
+        "library_id": library_id,
+        "library_index": probe,
+        "offered": offered,
+        "instances": instances,
+        "placements": [list(p) for p in placements],
+        "table_placements": table,
+        "matches": None if table is None else [list(p) for p in placements] == table,
+    }

@@ -193,3 +193,16 @@ def test_one_partition_per_container(vh: VendorHarness) -> None:
     a, b = (vh.driver.create(InstanceSpec(0, small.name, s)) for s in small.starts[:2])
     with pytest.raises(PlacementError, match="exactly one partition"):
         vh.driver.container_edits([a, b])
+
+
+@pytest.mark.parametrize("kind", ["hgml", "dmi"])
+def test_probe_view_shows_the_library_beside_the_tables(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor_libraries: dict[str, Path]
+) -> None:
+    vh = make(kind, tmp_path, monkeypatch, vendor_libraries)
+    card = vh.driver.probe_view(0)  # type: ignore[attr-defined]
+    assert card["mig"]["current"] is True
+    offered = {p["name"]: p for p in card["profiles"] if p["offered"]}
+    assert set(offered) == set(EMPTY_CARD_COUNTS[vh.partition[0]])
+    assert all(p["matches"] for p in offered.values())
+    assert vh.driver.instances(0) == []  # read-only
