@@ -306,7 +306,13 @@ class DmiDriver:
             spec, model, [p.name for p in profs], chosen.placements if chosen else ()
         )
         assert chosen is not None
-        vendor.refuse_overlap(spec, ours.size, self.instances(card))
+        existing = self.instances(card)
+        leftover = vendor.leftover_at(spec, existing)
+        if leftover is not None:
+            gis = self._gpu_instances(op, card, dev)
+            handle = next(g.handle for g in gis if g.gi_id == leftover.gi_id)
+            return self._complete(spec, chosen, handle)
+        vendor.refuse_overlap(spec, ours.size, existing)
         gi = ctypes.c_void_p()
         self._change(
             op,

@@ -329,7 +329,11 @@ class HgmlDriver:
         offered = [p.name for p in info.gi_profiles if p.offered]
         ours = vendor.legal_shape(spec, info.model, offered, chosen.placements if chosen else ())
         assert chosen is not None  # legal_shape refused otherwise
-        vendor.refuse_overlap(spec, ours.size, self.instances(card))  # fails closed on a bad read
+        existing = self.instances(card)  # fails closed on a bad read
+        leftover = vendor.leftover_at(spec, existing)
+        if leftover is not None:
+            return self._complete(spec, ours, chosen, dev, self._gi_by_id(op, card, dev, leftover))
+        vendor.refuse_overlap(spec, ours.size, existing)
         placement = api.Placement(spec.start, ours.size)
         gi = api.Handle()
         what = f"creating a {spec.profile} GPU instance at start {spec.start}"
@@ -375,6 +379,19 @@ class HgmlDriver:
             cause = f"{step} failed ({detail or 'no MIG device reports it'})"
             raise self._undo(spec, gi, ci, cause) from exc
         return Instance(spec.card, spec.profile, spec.start, ours.size, gi_id, ci_info.id, uuid)
+
+    def _gi_by_id(self, op: str, card: int, dev: api.Handle, inst: Instance) -> api.Handle:
+        handle = api.Handle()
+        self._call(
+            op,
+            card,
+            f"looking up GPU instance {inst.gi_id}",
+            self._api.hgmlDeviceGetGpuInstanceById,
+            dev,
+            inst.gi_id,
+            ctypes.byref(handle),
+        )
+        return handle
 
     def _whole_compute_profile(self, card: int, gi: api.Handle, chosen: _GiProfile) -> int:
         """The CI profile whose slice count equals the GI's: probed, aliases collapsed by id."""

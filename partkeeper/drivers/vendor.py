@@ -66,6 +66,19 @@ def legal_shape(
     return ours
 
 
+def leftover_at(spec: InstanceSpec, existing: Iterable[Instance]) -> Instance | None:
+    """A GPU instance exactly at `spec` left without its compute instance (a create interrupted
+    between its two steps): the retried create completes it rather than refusing the slot."""
+    return next(
+        (
+            i
+            for i in existing
+            if (i.profile, i.start) == (spec.profile, spec.start) and i.ci_id < 0 and not i.uuid
+        ),
+        None,
+    )
+
+
 def refuse_overlap(spec: InstanceSpec, size: int, existing: Iterable[Instance]) -> None:
     for other in existing:
         if profiles.overlaps((spec.start, size), other.placement):

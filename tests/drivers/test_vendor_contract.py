@@ -19,6 +19,7 @@ from partkeeper.drivers.base import (
     NotFoundError,
     PlacementError,
     ReadError,
+    UnknownError,
 )
 
 from .vendor_harness import KINDS, VendorHarness, make
@@ -206,3 +207,22 @@ def test_probe_view_shows_the_library_beside_the_tables(
     assert set(offered) == set(EMPTY_CARD_COUNTS[vh.partition[0]])
     assert all(p["matches"] for p in offered.values())
     assert vh.driver.instances(0) == []  # read-only
+
+
+@pytest.mark.parametrize("kind", ["hgml", "dmi"])  # the sim makes both halves in one step
+def test_a_gpu_instance_left_without_compute_instance_is_completed_by_the_retry(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor_libraries: dict[str, Path]
+) -> None:
+    vh = make(kind, tmp_path, monkeypatch, vendor_libraries)
+    assert vh.rig is not None
+    small = min(_shapes(vh).values(), key=lambda p: p.size)
+    prefix = "hgml" if vh.kind == "hgml" else "nvml"
+    vh.rig.fake.fail(f"{prefix}GpuInstanceCreateComputeInstance", 999)
+    vh.rig.fake.fail(f"{prefix}GpuInstanceDestroy", 999)  # and the undo fails too
+    with pytest.raises(UnknownError, match="undoing it failed too"):
+        vh.driver.create(InstanceSpec(0, small.name, 0))
+    (left,) = vh.driver.instances(0)
+    assert (left.ci_id, left.uuid) == (-1, "")
+    done = vh.driver.create(InstanceSpec(0, small.name, 0))
+    assert (done.gi_id, done.start) == (left.gi_id, 0) and done.ci_id >= 0 and done.uuid
+    assert vh.driver.instances(0) == [done]
