@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -119,3 +120,13 @@ def test_a_missing_capability_node_is_refused(rig: Rig) -> None:
         node.unlink()
     with pytest.raises(ReadError, match=r"/dev/alixpu-caps/alixpu-cap\d+ is missing"):
         driver.container_edits([inst])
+
+
+def test_an_older_library_is_initialised_through_hgml_init(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    library = fake_hgml.build(tmp_path / "lib-old", old_init=True)
+    rig = thead_rig(library, tmp_path, monkeypatch, [True])
+    assert not hasattr(ctypes.CDLL(str(library)), "hgmlInit_v2")
+    assert [c.model for c in open_hgml(rig).cards()] == ["PPU-96GB"]
+    assert rig.fake.calls("hgmlInit") == 1

@@ -18,12 +18,13 @@ PARTS_SOURCE = COMMON_INCLUDE / "fakeparts.c"
 ProfileFact = tuple[int, int, int, int, int, int, int, str]
 
 
-def build_vendor(source: Path, soname: str, out_dir: Path) -> Path:
+def build_vendor(source: Path, soname: str, out_dir: Path, defines: tuple[str, ...] = ()) -> Path:
     return build_shared_library(
         soname,
         [source, *COMMON_SOURCES, PARTS_SOURCE],
         out_dir,
         include_dirs=[COMMON_INCLUDE, source.parent],
+        defines=defines,
     )
 
 

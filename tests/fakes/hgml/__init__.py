@@ -28,8 +28,9 @@ PLACEMENTS = {5: [(0, 4), (4, 4)], 7: [(0, 4), (4, 4)], 3: [(0, 8)]}
 COMPUTE = [(0, 0, 1), (3, 3, 4), (5, 5, 8), (9, 5, 8)]  # (probe, id, slices); 9 aliases 5
 
 
-def build(out_dir: Path) -> Path:
-    return build_vendor(SOURCE, SONAME, out_dir)
+def build(out_dir: Path, *, old_init: bool = False) -> Path:
+    """The fake; `old_init` builds an older library exporting `hgmlInit` but no `hgmlInit_v2`."""
+    return build_vendor(SOURCE, SONAME, out_dir, ("FAKE_HGML_OLD_INIT",) if old_init else ())
 
 
 class FakeHgml(FakeParts):

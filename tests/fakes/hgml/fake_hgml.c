@@ -37,7 +37,7 @@ static int initialised;
         if (injected_ > 0) return (hgmlReturn_t)injected_;                     \
         st = fh_state_of(&s_);                                              \
         (void)st;                                                            \
-        if (!initialised && strcmp(fn, "hgmlInit_v2") != 0) {                \
+        if (!initialised && strncmp(fn, "hgmlInit", 8) != 0) {               \
             fh_end(&s_);                                                     \
             return HGML_ERROR_UNINITIALIZED;                                 \
         }                                                                    \
@@ -114,11 +114,21 @@ static void withdraw_cap(const char *root, unsigned card, unsigned gi, int ci) {
 
 /* -- library and devices --------------------------------------------------------------------- */
 
+#ifdef FAKE_HGML_OLD_INIT
+/* An older library: only the unversioned entry point. */
+hgmlReturn_t hgmlInit(void);
+hgmlReturn_t hgmlInit(void) {
+    BEGIN("hgmlInit");
+    initialised = 1;
+    DONE(HGML_SUCCESS, 0);
+}
+#else
 hgmlReturn_t hgmlInit_v2(void) {
     BEGIN("hgmlInit_v2");
     initialised = 1;
     DONE(HGML_SUCCESS, 0);
 }
+#endif
 
 hgmlReturn_t hgmlShutdown(void) {
     BEGIN("hgmlShutdown");
