@@ -80,6 +80,20 @@ class Library:
         return fn
 
 
+@dataclass(frozen=True)
+class Api:
+    """A vendor library's declared functions, each resolved from its own handle."""
+
+    lib: Library
+    fn: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.fn[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def open_first(candidates: Sequence[str], *, local: bool = True) -> Library:
     """Open the first candidate that loads (`RTLD_LOCAL` unless told otherwise)."""
     mode = os.RTLD_LOCAL if local else os.RTLD_GLOBAL

@@ -9,10 +9,9 @@ bind these names to NVIDIA's functions, with structs that do not agree. No init 
 from __future__ import annotations
 
 from ctypes import POINTER, Structure, c_char, c_char_p, c_uint, c_ulonglong, c_void_p
-from dataclasses import dataclass
 from typing import Any
 
-from partkeeper.drivers.clib import Library, open_first
+from partkeeper.drivers.clib import Api, open_first
 
 NAME_SIZE = 256
 SLICE_WIDTHS = (1, 2, 3, 4)  # profile queries take a slice count minus one, not an id
@@ -75,18 +74,6 @@ def candidates() -> list[str]:
     dtk trees, which are not on the loader's path."""
     names = ("libhydmi_mig.so.1", "libhydmi_mig.so")
     return [*names, *(f"{d}/{n}" for d in SEARCH_DIRS for n in names)]
-
-
-@dataclass(frozen=True)
-class Api:
-    lib: Library
-    fn: dict[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.fn[name]
-        except KeyError:
-            raise AttributeError(name) from None
 
 
 def _signatures() -> dict[str, tuple[Any, ...]]:

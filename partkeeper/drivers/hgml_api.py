@@ -10,10 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import POINTER, Structure, c_char, c_uint, c_ulonglong, c_void_p
-from dataclasses import dataclass
 from typing import Any
 
-from partkeeper.drivers.clib import Library, open_first
+from partkeeper.drivers.clib import Api, open_first
 
 NAME_SIZE = 96  # HGML_DEVICE_NAME_V2_BUFFER_SIZE
 UUID_SIZE = 96
@@ -129,20 +128,6 @@ def candidates(env: dict[str, str] | None = None) -> list[str]:
 
 
 _P = POINTER
-
-
-@dataclass(frozen=True)
-class Api:
-    """The declared functions, resolved from the opened library's own handle."""
-
-    lib: Library
-    fn: dict[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.fn[name]
-        except KeyError:
-            raise AttributeError(name) from None
 
 
 def _signatures() -> dict[str, tuple[Any, ...]]:
