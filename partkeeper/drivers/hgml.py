@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from partkeeper.drivers import hgml_api as api
-from partkeeper.drivers import profiles, thead_nodes, vendor
+from partkeeper.drivers import hgml_profiles, profiles, thead_nodes, vendor
 from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
@@ -31,7 +30,6 @@ from partkeeper.drivers.base import (
     UnknownError,
 )
 from partkeeper.drivers.clib import (
-    ABSENT,
     ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES,
     ERROR_INSUFFICIENT_SIZE,
@@ -42,29 +40,9 @@ from partkeeper.drivers.clib import (
     call,
     text,
 )
+from partkeeper.drivers.hgml_profiles import CardInfo, GiProfile
 
 _Mig = tuple[int, str, api.Handle]  # (CI id, MIG device UUID, MIG device handle)
-
-
-@dataclass(frozen=True, slots=True)
-class _GiProfile:
-    id: int
-    name: str  # normalised ("4g.48gb"), or the library's own for variants
-    slices: int  # compute slices
-    count: int
-    memory_mb: int
-    offered: bool  # a plain profile partkeeper may create (no `+` variant, no GFX bit)
-    placements: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _CardInfo:
-    model: str | None
-    minor: int
-    gi_profiles: tuple[_GiProfile, ...]
-
-    def by_id(self, profile_id: int) -> _GiProfile | None:
-        return next((p for p in self.gi_profiles if p.id == profile_id), None)
 
 
 class HgmlDriver:
@@ -78,7 +56,7 @@ class HgmlDriver:
         except (LibraryMissing, AttributeError) as exc:
             raise ReadError("open", None, None, f"T-Head HGML: {exc}") from exc
         self.root = root  # host filesystem root of /dev and /proc (tests use a temp dir)
-        self._info: dict[int, _CardInfo] = {}
+        self._info: dict[int, CardInfo] = {}
         self._call("open", None, "initialising HGML", self._api.Init)
 
     @property
@@ -142,7 +120,7 @@ class HgmlDriver:
 
     # -- static card facts --------------------------------------------------------------------
 
-    def _card_info(self, op: str, card: int, dev: api.Handle) -> _CardInfo:
+    def _card_info(self, op: str, card: int, dev: api.Handle) -> CardInfo:
         """Model, minor and GI profiles; cached once non-empty (they change only with the mode,
         which partkeeper picks up by restarting; an empty catalogue is what a card with the mode
         off reads as, so it is not remembered)."""
@@ -160,71 +138,11 @@ class HgmlDriver:
         minor = self._uint(
             op, card, "reading the minor number", self._api.hgmlDeviceGetMinorNumber, dev
         )
-        found = self._probe_profiles(op, card, dev)
-        info = _CardInfo(vendor.model_for("thead", memory.total // 2**20), minor, found)
+        found = hgml_profiles.probe(self._api, op, card, dev)
+        info = CardInfo(vendor.model_for("thead", memory.total // 2**20), minor, found)
         if found:
             self._info[card] = info
         return info
-
-    def _probe_profiles(self, op: str, card: int, dev: api.Handle) -> tuple[_GiProfile, ...]:
-        seen: dict[int, _GiProfile] = {}
-        for index in range(api.PROFILE_PROBES):
-            read = self._profile_info(op, card, dev, index)
-            if read is None or read[0].id in seen:
-                continue  # absent, or an index aliasing a profile already seen
-            v2, caps = read
-            raw = text(v2.name)
-            name = vendor.normalise_profile(raw)
-            offered = bool(raw) and "+" not in raw and not caps & api.CAPS_GFX
-            placements = self._placements(op, card, dev, v2.id)
-            seen[v2.id] = _GiProfile(
-                v2.id,
-                name or f"hgml-profile-{v2.id}",
-                v2.sliceCount,
-                v2.instanceCount,
-                v2.memorySizeMB,
-                offered,
-                placements,
-            )
-        return tuple(sorted(seen.values(), key=lambda p: p.id))
-
-    def _profile_info(
-        self, op: str, card: int, dev: api.Handle, index: int
-    ) -> tuple[api.ProfileInfoV2, int] | None:
-        """The v2 read, with the capability bits of a v3 read only where both agree (the two
-        structs have one size, and a library dispatching on size fills v3 with v2's layout)."""
-        v2 = api.ProfileInfoV2(version=api.PROFILE_V2)
-        fn = self._api.hgmlDeviceGetGpuInstanceProfileInfoV
-        try:
-            call(fn, dev, index, ctypes.addressof(v2))
-        except CallFailed as exc:
-            if exc.code in ABSENT:
-                return None
-            raise ReadError(op, card, None, f"reading GI profile index {index}: {exc}") from exc
-        v3 = api.ProfileInfoV3(version=api.PROFILE_V3)
-        try:
-            call(fn, dev, index, ctypes.addressof(v3))
-        except CallFailed:
-            return v2, 0
-        agree = (v3.id, v3.sliceCount, v3.instanceCount, v3.memorySizeMB, text(v3.name)) == (
-            v2.id,
-            v2.sliceCount,
-            v2.instanceCount,
-            v2.memorySizeMB,
-            text(v2.name),
-        )
-        return v2, v3.capabilities if agree else 0
-
-    def _placements(
-        self, op: str, card: int, dev: api.Handle, profile_id: int
-    ) -> tuple[tuple[int, int], ...]:
-        fn = self._api.hgmlDeviceGetGpuInstancePossiblePlacements_v2
-        count = ctypes.c_uint(0)
-        what = f"reading the placements of GI profile {profile_id}"
-        self._call(op, card, what, fn, dev, profile_id, None, ctypes.byref(count))
-        array = (api.Placement * max(count.value, 1))()
-        self._call(op, card, what, fn, dev, profile_id, array, ctypes.byref(count))
-        return tuple((p.start, p.size) for p in array[: count.value])
 
     # -- enumeration --------------------------------------------------------------------------
 
@@ -354,7 +272,7 @@ class HgmlDriver:
         self,
         spec: InstanceSpec,
         ours: profiles.Profile,
-        chosen: _GiProfile,
+        chosen: GiProfile,
         dev: api.Handle,
         gi: api.Handle,
     ) -> Instance:
@@ -364,7 +282,7 @@ class HgmlDriver:
         try:
             gi_id = self._gi_info("create", spec.card, gi).id
             step = "choosing its compute profile"
-            ci_profile = self._whole_compute_profile(spec.card, gi, chosen)
+            ci_profile = hgml_profiles.whole_compute_profile(self._api, spec.card, gi, chosen)
             step = "creating its compute instance"
             made = api.Handle()
             call(self._api.hgmlGpuInstanceCreateComputeInstance, gi, ci_profile, ctypes.byref(made))
@@ -392,33 +310,6 @@ class HgmlDriver:
             ctypes.byref(handle),
         )
         return handle
-
-    def _whole_compute_profile(self, card: int, gi: api.Handle, chosen: _GiProfile) -> int:
-        """The CI profile whose slice count equals the GI's: probed, aliases collapsed by id."""
-        ids: set[int] = set()
-        for index in range(api.COMPUTE_PROFILE_PROBES):
-            info = api.ComputeProfileInfo()
-            try:
-                call(
-                    self._api.hgmlGpuInstanceGetComputeInstanceProfileInfo,
-                    gi,
-                    index,
-                    api.ENGINE_SHARED,
-                    ctypes.byref(info),
-                )
-            except CallFailed as exc:
-                if exc.code in ABSENT:
-                    continue
-                raise ReadError("create", card, None, f"reading CI profile {index}: {exc}") from exc
-            if info.sliceCount == chosen.slices:
-                ids.add(info.id)
-        if len(ids) != 1:
-            cause = (
-                f"GI profile {chosen.name} ({chosen.slices} slices) offers "
-                f"{len(ids)} whole-instance compute profiles ({sorted(ids)}), not exactly one"
-            )
-            raise UnknownError("create", card, None, cause)
-        return ids.pop()
 
     def _undo(self, spec: InstanceSpec, gi: api.Handle, ci: api.Handle | None, cause: str):
         what = f"the {spec.profile} GPU instance at start {spec.start} was created but {cause}"
