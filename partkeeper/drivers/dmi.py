@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from partkeeper.drivers import dmi_api as api
-from partkeeper.drivers import hygon_host, vendor
+from partkeeper.drivers import dmi_profiles, hygon_host, vendor
 from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
@@ -37,29 +37,20 @@ from partkeeper.drivers.base import (
     UnknownError,
 )
 from partkeeper.drivers.clib import (
-    ABSENT,
     ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES,
     CallFailed,
     LibraryMissing,
     call,
-    text,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Profile:
-    id: int
-    name: str
-    slices: int
-    placements: tuple[tuple[int, int], ...]
+from partkeeper.drivers.dmi_profiles import Profile
 
 
 @dataclass(frozen=True, slots=True)
 class _Gi:
     handle: int
     gi_id: int
-    profile: _Profile
+    profile: Profile
     start: int
     size: int
 
@@ -75,7 +66,7 @@ class DmiDriver:
         except (LibraryMissing, AttributeError) as exc:
             raise ReadError("open", None, None, f"Hygon DMI: {exc}") from exc
         self.root = root
-        self._profiles: dict[int, tuple[_Profile, ...]] = {}
+        self._profiles: dict[int, tuple[Profile, ...]] = {}
 
     @property
     def library_path(self) -> str:
@@ -133,65 +124,17 @@ class DmiDriver:
 
     # -- static card facts --------------------------------------------------------------------
 
-    def _card_profiles(self, op: str, card: int, dev: int) -> tuple[_Profile, ...]:
-        if card in self._profiles:
-            return self._profiles[card]
-        found: list[_Profile] = []
-        for width in api.SLICE_WIDTHS:
-            info = api.GpuInstanceProfileInfo()
-            try:
-                call(
-                    self._api.nvmlDeviceGetGpuInstanceProfileInfo,
-                    dev,
-                    width - 1,
-                    ctypes.byref(info),
-                )
-            except CallFailed as exc:
-                if exc.code in ABSENT:
-                    continue  # no profile this wide (every card measured lacks three slices)
-                raise ReadError(
-                    op, card, None, f"reading the {width}-slice profile: {exc}"
-                ) from exc
-            name = vendor.normalise_profile(text(info.name)) or f"dmi-profile-{info.id}"
-            found.append(
-                _Profile(
-                    info.id, name, info.gpu_slice_count, self._placements(op, card, dev, info.id)
-                )
-            )
-        if found:
-            self._profiles[card] = tuple(found)
-        return tuple(found)
-
-    def _placements(self, op: str, card: int, dev: int, profile_id: int):
-        array = (api.Placement * api.MAX_INSTANCES)()
-        count = ctypes.c_uint(api.MAX_INSTANCES)
-        self._read(
-            op,
-            card,
-            f"reading the placements of profile {profile_id}",
-            self._api.nvmlDeviceGetGpuInstancePossiblePlacements,
-            dev,
-            profile_id,
-            array,
-            ctypes.byref(count),
-        )
-        return tuple((p.start, p.size) for p in array[: count.value])
+    def _card_profiles(self, op: str, card: int, dev: int) -> tuple[Profile, ...]:
+        """Cached once non-empty: profiles change only with the mode (partkeeper restarts)."""
+        if card not in self._profiles:
+            found = dmi_profiles.probe(self._api, op, card, dev)
+            if not found:
+                return found
+            self._profiles[card] = found
+        return self._profiles[card]
 
     def _compute_profile(self, op: str, card: int, gi: int, slices: int) -> int | None:
-        info = api.ComputeInstanceProfileInfo()
-        try:
-            call(
-                self._api.nvmlGpuInstanceGetComputeInstanceProfileInfo,
-                gi,
-                slices - 1,
-                api.ENGINE_SHARED,
-                ctypes.byref(info),
-            )
-        except CallFailed as exc:
-            if exc.code in ABSENT:
-                return None
-            raise ReadError(op, card, None, f"reading the whole-GI compute profile: {exc}") from exc
-        return info.id
+        return dmi_profiles.compute_profile(self._api, op, card, gi, slices)
 
     # -- enumeration --------------------------------------------------------------------------
 
@@ -327,7 +270,7 @@ class DmiDriver:
         )
         return self._complete(spec, chosen, gi.value or 0)
 
-    def _complete(self, spec: InstanceSpec, chosen: _Profile, gi: int) -> Instance:
+    def _complete(self, spec: InstanceSpec, chosen: Profile, gi: int) -> Instance:
         """The whole-GI CI and the identity the driver issued; on failure, undo what was made."""
         ci: int | None = None
         step = "reading the new GPU instance"
