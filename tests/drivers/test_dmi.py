@@ -34,11 +34,10 @@ def _address(fn: object) -> int:
 
 
 def test_every_symbol_resolves_to_dmi_beside_nvml_in_the_global_scope(
-    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, nvml_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DMI exports NVML's names. With the (fake) NVML loaded RTLD_GLOBAL, the worst case, every
     function the binding declares is DMI's own, and NVML keeps answering as NVML."""
-    nvml_library = fake_nvml.build(tmp_path / "lib-nvml")
     nvml = fake_nvml.FakeNvml.create(nvml_library, tmp_path / "nvml.state")
     for model in ("H100-80GB", "H100-80GB", "A100-40GB"):
         nvml.add_gpu(model)
@@ -133,7 +132,7 @@ def test_container_gets_nodes_runtime_record_and_env(rig: Rig) -> None:
     inst = driver.create(InstanceSpec(1, "4g.31gb", 2))
     edits = driver.container_edits([inst])
     assert edits.env == {"DMI_MIG_VISIBLE_DEVICE": inst.uuid}
-    assert [d.path for d in edits.devices] == [
+    assert [d.container_path for d in edits.devices] == [
         "/dev/kfd", "/dev/mkfd", "/dev/dri/card2", "/dev/dri/renderD129"]
     assert [(m.container_path, m.read_only) for m in edits.mounts] == [
         ("/opt/hyhal", True), ("/etc/dmi_mig_config/ci/dev1gi1ci0.conf", True)]

@@ -93,7 +93,7 @@ def test_container_gets_the_ppu_and_capability_nodes(rig: Rig) -> None:
     driver = open_hgml(rig)
     inst = driver.create(InstanceSpec(0, "4g.48gb", 4))
     edits = driver.container_edits([inst])
-    paths = [d.path for d in edits.devices]
+    paths = [d.container_path for d in edits.devices]
     caps = sorted(int(p.rsplit("cap", 1)[1]) for p in paths[3:])
     assert paths[:3] == ["/dev/alixpu", "/dev/alixpu_ctl", "/dev/alixpu_ppu0"]
     assert len(caps) == 2 and caps[1] == caps[0] + 1  # the GI's, then its CI's

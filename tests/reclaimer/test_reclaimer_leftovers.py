@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from drivers.vendor_rigs import hygon_rig, open_dmi
-from fakes import dmi as fake_dmi
 
 from partkeeper.drivers.base import InstanceSpec
 from partkeeper.drivers.sim import SimDriver, init_state
@@ -15,9 +14,9 @@ from services.reclaimer import leftovers
 
 
 async def test_a_squatting_directory_is_removed_and_the_create_then_succeeds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dmi_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rig = hygon_rig(fake_dmi.build(tmp_path / "lib"), tmp_path, monkeypatch, 1)
+    rig = hygon_rig(dmi_library, tmp_path, monkeypatch, 1)
     driver = open_dmi(rig)
     live = driver.create(InstanceSpec(0, "2g.15gb", 3))
     ci = rig.root / "etc/dmi_mig_config/ci"
