@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from partkeeper.drivers.base import LibraryMissing
+
 # NVML's return codes, which both vendors keep (T-Head adds GPU_NOT_FOUND 28).
 SUCCESS = 0
 ERROR_UNINITIALIZED = 1
@@ -54,10 +56,6 @@ class CallFailed(Exception):
         super().__init__(f"{function} returned {code_name(code)}")
 
 
-class LibraryMissing(Exception):
-    """No candidate path could be opened; the message lists what was tried."""
-
-
 @dataclass(frozen=True, slots=True)
 class Library:
     """An opened vendor library: its handle and where it came from."""
@@ -95,7 +93,8 @@ class Api:
 
 
 def open_first(candidates: Sequence[str], *, local: bool = True) -> Library:
-    """Open the first candidate that loads (`RTLD_LOCAL` unless told otherwise)."""
+    """Open the first candidate that loads (`RTLD_LOCAL` unless told otherwise); LibraryMissing
+    (a StartupError) lists what was tried."""
     mode = os.RTLD_LOCAL if local else os.RTLD_GLOBAL
     tried: list[str] = []
     for candidate in candidates:

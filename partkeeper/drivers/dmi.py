@@ -31,6 +31,7 @@ from partkeeper.drivers.base import (
     Instance,
     InstanceSpec,
     InUseError,
+    LibraryMissing,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -40,7 +41,6 @@ from partkeeper.drivers.clib import (
     ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES,
     CallFailed,
-    LibraryMissing,
     call,
 )
 from partkeeper.drivers.dmi_profiles import Profile
@@ -64,7 +64,8 @@ class DmiDriver:
         try:
             self._api = api.load(paths)
         except (LibraryMissing, AttributeError) as exc:
-            raise ReadError("open", None, None, f"Hygon DMI: {exc}") from exc
+            raise LibraryMissing(f"Hygon DMI: {exc}; install the vendor's driver and SDK on the "
+                                 "node, or set PK_DRIVER=sim") from exc
         self.root = root
         self._profiles: dict[int, tuple[Profile, ...]] = {}
 

@@ -24,6 +24,7 @@ from partkeeper.drivers.base import (
     Instance,
     InstanceSpec,
     InUseError,
+    LibraryMissing,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -36,7 +37,6 @@ from partkeeper.drivers.clib import (
     ERROR_NOT_FOUND,
     ERROR_NOT_SUPPORTED,
     CallFailed,
-    LibraryMissing,
     call,
     text,
 )
@@ -54,10 +54,15 @@ class HgmlDriver:
         try:
             self._api = api.load(paths)
         except (LibraryMissing, AttributeError) as exc:
-            raise ReadError("open", None, None, f"T-Head HGML: {exc}") from exc
+            raise LibraryMissing(f"T-Head HGML: {exc}; install the vendor's driver and SDK on the "
+                                 "node, or set PK_DRIVER=sim") from exc
         self.root = root  # host filesystem root of /dev and /proc (tests use a temp dir)
         self._info: dict[int, CardInfo] = {}
-        self._call("open", None, "initialising HGML", self._api.Init)
+        try:
+            call(self._api.Init)
+        except CallFailed as exc:
+            raise LibraryMissing(f"T-Head HGML ({self._api.lib.path}) cannot be initialised "
+                                 f"({exc}); is the PPU driver loaded?") from exc
 
     @property
     def library_path(self) -> str:

@@ -12,6 +12,7 @@ import os
 from ctypes import POINTER, Structure, c_char, c_uint, c_ulonglong, c_void_p
 from typing import Any
 
+from partkeeper.drivers.base import LibraryMissing
 from partkeeper.drivers.clib import Api, open_first
 
 NAME_SIZE = 96  # HGML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -171,14 +172,14 @@ _VERSIONED = {
 
 
 def load(paths: list[str] | None = None) -> Api:
-    """Open libhgml.so and declare every function; LibraryMissing or AttributeError (a symbol
-    the library lacks, named)."""
+    """Open libhgml.so and declare every function; LibraryMissing (no library, or one lacking a
+    symbol, named)."""
     lib = open_first(paths or candidates())
     fn: dict[str, Any] = {}
     for key, names in _VERSIONED.items():
         found = next((n for n in names if lib.has(n)), None)
         if found is None:
-            raise AttributeError(f"{lib.path} exports none of {', '.join(names)}")
+            raise LibraryMissing(f"{lib.path} exports none of {', '.join(names)}")
         fn[key] = found
     for key, argtypes in {"Init": (), **_signatures()}.items():
         fn[key] = lib.function(fn.get(key, key), *argtypes)

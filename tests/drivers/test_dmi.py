@@ -13,7 +13,13 @@ from fakes import dmi as fake_dmi
 from fakes import nvml as fake_nvml
 
 from partkeeper.drivers import dmi_api
-from partkeeper.drivers.base import InstanceSpec, PlacementError, ReadError, UnknownError
+from partkeeper.drivers.base import (
+    InstanceSpec,
+    LibraryMissing,
+    PlacementError,
+    ReadError,
+    UnknownError,
+)
 from partkeeper.drivers.dmi import DmiDriver
 
 from .vendor_rigs import Rig, hygon_rig, open_dmi
@@ -150,8 +156,8 @@ def test_a_missing_record_is_never_handed_to_a_container(rig: Rig) -> None:
         driver.instances(0)  # fails closed, never lists the partition without its identity
 
 
-def test_no_library_is_one_read_error(tmp_path: Path) -> None:
-    with pytest.raises(ReadError, match="Hygon DMI: no library could be opened"):
+def test_no_library_is_one_start_up_sentence(tmp_path: Path) -> None:
+    with pytest.raises(LibraryMissing, match="Hygon DMI: no library could be opened"):
         DmiDriver(paths=[str(tmp_path / "libhydmi_mig.so.1")])
     assert dmi_api.candidates()[:2] == ["libhydmi_mig.so.1", "libhydmi_mig.so"]
     assert "/opt/hyhal/lib/libhydmi_mig.so.1" in dmi_api.candidates()

@@ -10,7 +10,7 @@ import pytest
 from fakes import hgml as fake_hgml
 
 from partkeeper.drivers import hgml_api
-from partkeeper.drivers.base import InstanceSpec, ReadError, UnknownError
+from partkeeper.drivers.base import InstanceSpec, LibraryMissing, ReadError, UnknownError
 from partkeeper.drivers.hgml import HgmlDriver
 
 from .vendor_rigs import Rig, open_hgml, thead_rig
@@ -60,11 +60,11 @@ def test_the_library_is_found_under_ppu_home(tmp_path: Path) -> None:
     assert hgml_api.candidates({})[1] == "/usr/local/PPU_SDK/lib64/libhgml.so"
 
 
-def test_no_library_or_a_failed_init_is_one_read_error(rig: Rig, tmp_path: Path) -> None:
-    with pytest.raises(ReadError, match="T-Head HGML: no library could be opened"):
+def test_no_library_or_a_failed_init_is_one_start_up_sentence(rig: Rig, tmp_path: Path) -> None:
+    with pytest.raises(LibraryMissing, match="T-Head HGML: no library could be opened"):
         HgmlDriver(root=rig.root, paths=[str(tmp_path / "nowhere/libhgml.so")])
     rig.fake.fail("hgmlInit_v2", ERROR_UNKNOWN)
-    with pytest.raises(ReadError, match="initialising HGML"):
+    with pytest.raises(LibraryMissing, match="cannot be initialised"):
         open_hgml(rig)
 
 
