@@ -48,8 +48,9 @@ def open_driver(config: Config) -> Driver:
     (T-Head PPU) or `dmi` (Hygon DCU).
 
     Opening the sim driver does not touch the state file (a missing one fails at first use, with a
-    ReadError naming it); opening a vendor driver loads its library and raises ReadError if that
-    fails.
+    ReadError naming it); opening a vendor driver loads its library and raises LibraryMissing (a
+    StartupError) if that fails. The vendors' host files are read under `config.driver_root` (and
+    T-Head's procfs records under `config.proc_root`).
     """
     if config.driver == "sim":
         from partkeeper.drivers.sim import SimDriver
@@ -62,9 +63,9 @@ def open_driver(config: Config) -> Driver:
     if config.driver == "hgml":
         from partkeeper.drivers.hgml import HgmlDriver
 
-        return HgmlDriver()
+        return HgmlDriver(root=config.driver_root, proc_root=config.proc_root)
     if config.driver == "dmi":
         from partkeeper.drivers.dmi import DmiDriver
 
-        return DmiDriver()
+        return DmiDriver(root=config.driver_root)
     raise ValueError(f"unknown driver {config.driver!r}; expected nvml, hgml, dmi or sim")

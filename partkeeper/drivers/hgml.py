@@ -50,13 +50,17 @@ class HgmlDriver:
 
     name = "hgml"
 
-    def __init__(self, *, root: Path = Path("/"), paths: list[str] | None = None) -> None:
+    def __init__(
+        self, *, root: Path = Path("/"), proc_root: Path | None = None,
+        paths: list[str] | None = None,
+    ) -> None:
         try:
             self._api = api.load(paths)
         except (LibraryMissing, AttributeError) as exc:
             raise LibraryMissing(f"T-Head HGML: {exc}; install the vendor's driver and SDK on the "
                                  "node, or set PK_DRIVER=sim") from exc
-        self.root = root  # host filesystem root of /dev and /proc (tests use a temp dir)
+        self.root = root  # where the driver's /dev lives on the host (PK_DRIVER_ROOT)
+        self.proc_root = proc_root or root / "proc"  # where /proc/driver/alixpu is read
         self._info: dict[int, CardInfo] = {}
         try:
             call(self._api.Init)
@@ -171,7 +175,9 @@ class HgmlDriver:
         )
         memory_mib = int(memory.total // 2**20)
         model = vendor.model_for("thead", memory_mib)
-        return Card(index, uuid, model or name, mode, memory_mib)
+        minor = self._uint("list", index, "reading the minor number",
+                           self._api.hgmlDeviceGetMinorNumber, dev)
+        return Card(index, uuid, model or name, mode, memory_mib, minor=minor)
 
     def instances(self, card: int) -> list[Instance]:
         dev = self._device("list", card)
@@ -437,7 +443,7 @@ class HgmlDriver:
         inst = vendor.one_partition(instances, "T-Head PPU")
         dev = self._device("allocate", inst.card)
         minor = self._card_info("allocate", inst.card, dev).minor
-        return thead_nodes.edits(self.root, inst, minor)
+        return thead_nodes.edits(self.root, self.proc_root, inst, minor)
 
 
 def _instance(

@@ -17,7 +17,7 @@ from typing import Any
 
 from partkeeper.config import ConfigError, load
 from partkeeper.drivers import DriverError, open_driver, profiles
-from partkeeper.drivers.base import Card, Driver, LibraryMissing
+from partkeeper.drivers.base import Card, Driver, LibraryMissing, ReadError
 
 EXIT_NO_LIBRARY = 2
 EXIT_READ_FAILED = 1
@@ -33,7 +33,10 @@ def _instances(driver: Driver, card: Card) -> list[dict[str, Any]]:
     for inst in driver.instances(card.index):
         processes = _processes(driver, card.index, inst.gi_id) if inst.complete else 0
         if processes is None:
-            processes = int(driver.is_busy(inst))  # drivers that only say busy or not
+            try:
+                processes = int(driver.is_busy(inst))  # drivers that only say busy or not
+            except ReadError:
+                processes = None  # the library cannot tell (Hygon: only a destroy says IN_USE)
         found.append({"uuid": inst.uuid, "profile": inst.profile, "start": inst.start,
                       "size": inst.size, "gi_id": inst.gi_id, "ci_id": inst.ci_id,
                       "complete": inst.complete, "processes": processes})
@@ -87,7 +90,11 @@ def gather(driver: Driver) -> dict[str, Any]:
     """Everything probe shows, read from `driver`. Raises DriverError on any failed read."""
     cards = []
     for card in driver.cards():
-        view = _nvml_view(driver, card) if driver.name == "nvml" else _table_view(card)
+        vendor_view = getattr(driver, "probe_view", None)  # hgml, dmi
+        if vendor_view is not None:
+            view = vendor_view(card.index)
+        else:
+            view = _nvml_view(driver, card) if driver.name == "nvml" else _table_view(card)
         known = card.model in profiles.MODELS
         cards.append({
             "index": card.index, "uuid": card.uuid, "model": card.model, "mode": card.mode,
@@ -113,8 +120,9 @@ def render(view: dict[str, Any]) -> None:
             print(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
         for i in card["instances"]:
             uuid = i["uuid"] or "(no compute instance)"
+            count = "unknown" if i["processes"] is None else i["processes"]
             print(f"  instance GI {i['gi_id']} {i['profile']} at {i['start']}+{i['size']}: "
-                  f"{uuid}, {i['processes']} process(es)")
+                  f"{uuid}, {count} process(es)")
 
 
 def main(args: argparse.Namespace) -> int:

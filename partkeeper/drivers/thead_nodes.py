@@ -34,8 +34,9 @@ def capability_record(ordinal: int, gi_id: int, ci_id: int | None = None) -> str
     return f"{base}/access" if ci_id is None else f"{base}/ci{ci_id}/access"
 
 
-def read_minor(root: Path, record: str, inst: Instance) -> int:
-    path = host(root, record)
+def read_minor(proc_root: Path, record: str, inst: Instance) -> int:
+    """The `DeviceFileMinor` of a procfs record (`/proc/...`, read under `proc_root`)."""
+    path = proc_root / record.removeprefix("/proc/")
     try:
         found = _MINOR.search(path.read_text())
     except OSError as exc:
@@ -67,8 +68,9 @@ def require_node(
     return DeviceNode(path, str(where), permissions)
 
 
-def edits(root: Path, inst: Instance, card_minor: int) -> ContainerEdits:
-    """The device nodes for one partition on PPU `inst.card` (its ordinal)."""
+def edits(root: Path, proc_root: Path, inst: Instance, card_minor: int) -> ContainerEdits:
+    """The device nodes for one partition on PPU `inst.card` (its ordinal): host paths under
+    `root` (the driver root), capability records read under `proc_root`."""
     if inst.ci_id < 0:
         cause = "the GPU instance has no compute instance, so there is nothing to hand over"
         raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
@@ -78,7 +80,7 @@ def edits(root: Path, inst: Instance, card_minor: int) -> ContainerEdits:
         capability_record(inst.card, inst.gi_id),
         capability_record(inst.card, inst.gi_id, inst.ci_id),
     ):
-        minor = read_minor(root, record, inst)
+        minor = read_minor(proc_root, record, inst)
         path = f"/dev/alixpu-caps/alixpu-cap{minor}"
         nodes.append(require_node(root, path, inst, minor, permissions="r"))
     return ContainerEdits(devices=tuple(nodes))

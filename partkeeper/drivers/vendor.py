@@ -115,24 +115,16 @@ def one_partition(instances: Sequence[Instance], vendor: str) -> Instance:
 
 
 def profile_view(
-    name: str,
-    library_id: int,
-    probe: int | None,
-    instances: int,
-    placements: Sequence[tuple[int, int]],
-    model: str | None,
-    offered: bool,
+    name: str, library_id: int, probe: int | None, instances: int,
+    placements: Sequence[tuple[int, int]], model: str | None, offered: bool,
 ) -> dict[str, object]:
-    """One profile as `partkeeper probe` shows it: the library's answer beside our table's."""
+    """One profile as `partkeeper probe` shows it (the nvml driver's keys: `nvml_id` is the
+    library's profile id, `nvml_profile` the index or slice query it answered), beside the table."""
     ours = profiles.MODELS[model].profiles.get(name) if model in profiles.MODELS else None
     table = [list(p) for p in ours.placements()] if ours and offered else None
+    spots = [list(p) for p in placements]
     return {
-        "name": name,
-        "library_id": library_id,
-        "library_index": probe,
-        "offered": offered,
-        "instances": instances,
-        "placements": [list(p) for p in placements],
-        "table_placements": table,
-        "matches": None if table is None else [list(p) for p in placements] == table,
+        "name": name, "nvml_id": library_id, "nvml_profile": probe, "offered": offered,
+        "instances": instances, "placements": spots, "table_placements": table,
+        "matches": None if table is None else spots == table,
     }
