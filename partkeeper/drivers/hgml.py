@@ -25,6 +25,7 @@ from partkeeper.drivers.base import (
     InstanceSpec,
     InUseError,
     LibraryMissing,
+    Mode,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -163,7 +164,7 @@ class HgmlDriver:
         dev = self._device("list", index)
         name = self._string("list", index, "reading the name", self._api.hgmlDeviceGetName, dev)
         uuid = self._string("list", index, "reading the UUID", self._api.hgmlDeviceGetUUID, dev)
-        mode = "partition" if self._mig_enabled("list", index, dev) else "sliced"
+        mode: Mode = "partition" if self._mig_enabled("list", index, dev) else "sliced"
         memory = api.Memory()
         self._call(
             "list",
