@@ -27,6 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from partkeeper.bus import ensure_topology, serve
+from partkeeper.bus.kv import Bucket
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
@@ -132,7 +133,7 @@ async def _measure(
 ) -> list[float]:
     """`n` timed Allocates, each for a fresh pending Pod, with an untimed reclaim in between."""
     pods_kv = await js.key_value(BUCKET_PODS)
-    store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), NODE)
+    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), NODE)
     capacity_kv = await js.key_value(BUCKET_CAPACITY)
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=[TOKEN])])

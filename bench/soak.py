@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.stack.launch import SERVICES
 from schemas.names import BUCKET_CLAIMS
@@ -160,7 +161,7 @@ async def soak(minutes: float, seed: int, slots: int) -> Report:
 
 
 async def settle(rig: Rig, work: Workload, report: Report) -> None:
-    store = ClaimsStore(await rig.stack.nc.jetstream().key_value(BUCKET_CLAIMS), rig.stack.node)
+    store = ClaimsStore(await Bucket.open(rig.stack.nc.jetstream(), BUCKET_CLAIMS), rig.stack.node)
     reader = Reader(work.kube.api, store, rig.layout.cluster.sim_state, rig.layout.pods_dir,
                     rig.stack.node)
     started = time.monotonic()

@@ -1,4 +1,13 @@
-"""How a service process starts and stops: config, logs, tracing, metrics, signals, NATS."""
+"""How a service process starts and stops: config, logs, tracing, metrics, signals, NATS.
+
+`run(name, body)` exits non-zero only when the service cannot start here (a `StartupError`: bad
+configuration, no driver library, a metrics port taken), after one JSON log line saying why. It
+exits 0 after SIGTERM/SIGINT. Anything else, a NATS server that restarts, a cluster electing its
+leaders, a bug that ends `body`, is logged and outlived: the connection reconnects by itself, the
+streams are created again until JetStream answers, and a `body` that fails is started again after
+a backoff, on the same connection (what Kubernetes would do by restarting the container, without
+losing the process).
+"""
 
 from __future__ import annotations
 
@@ -6,44 +15,40 @@ import asyncio
 import contextlib
 import logging
 import signal
-import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from nats.aio.client import Client
 
 from partkeeper import bus
-from partkeeper.config import Config, ConfigError, load
+from partkeeper.config import Config, load
 from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
 from partkeeper.health import HEALTH
-from partkeeper.lifecycle import cancel_all
+from partkeeper.lifecycle import cancel_all, woken_or_timeout
 from partkeeper.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
 
 ServiceBody = Callable[..., Coroutine[Any, Any, None]]  # body(config, nc, *, ready: asyncio.Event)
+START_UP_EXIT = 2
+HEALTHY_SECONDS = 60.0  # a body that ran this long starts again at the first backoff step
 
 
 def run(name: str, body: ServiceBody) -> int:
-    """Run `body(config, nats)` until SIGTERM/SIGINT; exit 2 with one sentence on bad config."""
+    """Run `body(config, nats)` until SIGTERM/SIGINT (module docstring)."""
     logs.setup(name)
     try:
         config = load()
-    except (ConfigError, FaultSpecError) as exc:
-        print(f"partkeeper {name}: {exc}", file=sys.stderr)
-        return 2
-    tracing.setup(name)
-    try:
-        metrics.serve(config.metrics_port_for(name))
-    except OSError as exc:
-        print(f"partkeeper {name}: metrics port: {exc}", file=sys.stderr)
-        return 2
-    try:
+        tracing.setup(name)
+        try:
+            metrics.serve(config.metrics_port_for(name))
+        except OSError as exc:
+            raise StartupError(f"metrics port {config.metrics_port_for(name)}: {exc}") from exc
         asyncio.run(_main(name, config, body))
-    except StartupError as exc:
-        log.error("%s cannot start: %s", name, exc)
-        return 2  # as for a bad setting: this process cannot run here as configured
+    except (StartupError, FaultSpecError) as exc:
+        log.error("partkeeper %s: %s", name, exc, extra={"startup_error": type(exc).__name__})
+        return START_UP_EXIT
     finally:
         tracing.shutdown()
     return 0
@@ -61,21 +66,54 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
         if not await topology_until_ready(nc, config, stop):
             return
         ready = asyncio.Event()
-        task = asyncio.create_task(body(config, nc, ready=ready), name=f"{name}-body")
-        stopper = asyncio.create_task(stop.wait())
+
+        def start() -> Awaitable[None]:
+            ready.clear()  # a body started again is not ready until it says so
+            return body(config, nc, ready=ready)
+
         beat = asyncio.create_task(HEALTH.beat(), name=f"{name}-heartbeat")
         with (
             HEALTH.condition("nats", lambda: nc.is_connected),
             HEALTH.condition(name, ready.is_set),
         ):
-            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            task.result()  # a crashed body ends the process with its error
-        log.info("%s stopping", name)
-        await cancel_all((task, stopper, beat))
+            await supervise(name, start, stop)
+        await cancel_all((beat,))
     finally:
         with contextlib.suppress(Exception):
             await nc.drain()
+
+
+async def supervise(name: str, body: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+    """Run `body` until `stop` is set; a failure other than StartupError starts it again."""
+    loop = asyncio.get_running_loop()
+    attempt = 0
+    while not stop.is_set():
+        started = loop.time()
+        task = asyncio.ensure_future(body())
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            log.info("%s stopping", name)
+            await cancel_all((task, stopper))
+            return
+        await cancel_all((stopper,))
+        problem = _failure(task)
+        attempt = 1 if loop.time() - started > HEALTHY_SECONDS else attempt + 1
+        wait = bus.backoff.delay(attempt, base=0.5, cap=15.0)
+        log.error("%s: %s; starting it again in %.1fs", name, problem, wait,
+                  exc_info=task.exception() if not task.cancelled() else None)
+        await woken_or_timeout(stop, wait)
+
+
+def _failure(task: asyncio.Future[None]) -> str:
+    if task.cancelled():
+        return "the service was cancelled from inside"
+    error = task.exception()
+    if isinstance(error, StartupError):
+        raise error
+    if error is None:
+        return "the service ended by itself"
+    return f"the service failed: {str(error) or type(error).__name__}"
 
 
 async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) -> bool:
@@ -91,8 +129,7 @@ async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) 
             wait = bus.backoff.delay(attempt, base=0.5, cap=10)
             log.warning("JetStream not ready (%s); creating streams again in %.1fs",
                         exc or type(exc).__name__, wait)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+            await woken_or_timeout(stop, wait)
     return False
 
 

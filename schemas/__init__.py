@@ -5,7 +5,7 @@ version) and a `type` tag. Decode with the functions in `schemas.codec`, which r
 `SchemaError` for anything unknown or malformed.
 """
 
-from schemas.codec import SchemaError, decode, encode
+from schemas.codec import SchemaError, decode, decode_request, encode
 from schemas.documents import CardClaims, Claim, LiveInstance, NodeCapacity, PodRecord
 from schemas.events import (
     AllocateRefused,
@@ -62,6 +62,7 @@ __all__ = [
     "SchemaError",
     "WorkdirCollected",
     "decode",
+    "decode_request",
     "encode",
     "validate_pod_uid",
 ]

@@ -38,12 +38,25 @@ def decode(data: bytes | str, kind: Any, *, what: str = "message") -> Any:
     The version is checked before the body so that a newer producer gets a message saying so
     rather than a confusing field error.
     """
+    return _decode(data, kind, what=what, version_required=True)
+
+
+def decode_request(data: bytes | str, kind: type[T], *, what: str = "request") -> T:
+    """Decode a request body as `kind`: like `decode`, except that a body without `v` is read as
+    the current version (a request typed by hand or with the `nats` CLI). An unknown `v` is still
+    refused, and so is a `type` naming another request."""
+    return _decode(data, kind, what=what, version_required=False)
+
+
+def _decode(data: bytes | str, kind: Any, *, what: str, version_required: bool) -> Any:
     try:
         envelope = msgspec.json.decode(data, type=_Envelope)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SchemaError(f"{what} is not a JSON object: {exc}") from exc
     if envelope.v is None:
-        raise SchemaError(f"{what} has no schema version field 'v'")
+        if version_required:
+            raise SchemaError(f"{what} has no schema version field 'v'")
+        return _body(data, kind, what, envelope)
     if not isinstance(envelope.v, int) or isinstance(envelope.v, bool):
         raise SchemaError(f"{what} has a non-integer schema version {envelope.v!r}")
     if envelope.v not in SUPPORTED:
@@ -51,6 +64,10 @@ def decode(data: bytes | str, kind: Any, *, what: str = "message") -> Any:
         raise SchemaError(
             f"{what} has schema version {envelope.v}, this build reads version(s) {supported}"
         )
+    return _body(data, kind, what, envelope)
+
+
+def _body(data: bytes | str, kind: Any, what: str, envelope: _Envelope) -> Any:
     try:
         return msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as exc:

@@ -4,15 +4,17 @@ from partkeeper.bus import backoff
 from partkeeper.bus.connection import connect
 from partkeeper.bus.consumer import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.publish import publish
-from partkeeper.bus.rpc import NoAnswer, RemoteError, request, serve
+from partkeeper.bus.rpc import BadReply, NoAnswer, RemoteError, Unanswered, request, serve
 from partkeeper.bus.topology import ensure_topology
 
 __all__ = [
+    "BadReply",
     "ConsumerRunner",
     "NoAnswer",
     "Permanent",
     "RemoteError",
     "Retry",
+    "Unanswered",
     "backoff",
     "connect",
     "ensure_topology",

@@ -12,6 +12,9 @@ from partkeeper.config import Config
 
 log = logging.getLogger(__name__)
 
+PING_SECONDS = 5
+MAX_OUTSTANDING_PINGS = 3
+
 
 async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) -> Client:
     """Connect, retrying while the server is unreachable; reconnect forever afterwards.
@@ -34,6 +37,11 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
         "name": f"partkeeper-{name}-{config.node}",
         "connect_timeout": connect_timeout,
         "reconnect_time_wait": 0.5,
+        # A connection that stops answering (a half-open TCP connection, a black-holed route)
+        # is declared stale after PING_SECONDS x MAX_OUTSTANDING_PINGS and replaced; the
+        # client's default (2 min x 2) would leave a service deaf for four minutes.
+        "ping_interval": PING_SECONDS,
+        "max_outstanding_pings": MAX_OUTSTANDING_PINGS,
         "max_reconnect_attempts": -1,
         "allow_reconnect": True,
         "error_cb": on_error,

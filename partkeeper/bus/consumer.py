@@ -1,9 +1,16 @@
-"""A durable pull-consumer runner: ack once the effect is durable, nak to retry, dead-letter poison.
+"""The one durable pull-consumer runner: redelivery, ack/nak/term, dead letters, metrics, lag.
 
 Handlers raise `Retry` for a temporary failure (nak with backoff) and `Permanent` for a message
 that can never succeed (terminate and copy to PK_DLQ). A message that cannot be decoded is
 permanent. The delivery limit is enforced here rather than by the server, so a message whose
 handler kills the process on every delivery still reaches the dead-letter stream in the end.
+
+No failure of the bus ends the runner (docs/reliability.md has the table):
+- an ack, nak or term that times out or finds the connection down is logged and left: the
+  message is redelivered after `ack_wait` (handlers are idempotent);
+- a fetch that fails, or a consumer without a leader (503 during an election, the durable
+  removed), re-creates and re-binds the durable after a backoff;
+- the dead-letter counter and the consumer-lag gauge are kept here, for every service.
 """
 
 from __future__ import annotations
@@ -16,14 +23,14 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import nats.errors
-import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from opentelemetry import trace
 
 from partkeeper.bus import backoff
-from partkeeper.telemetry import tracing
+from partkeeper.lifecycle import cancel_all, honour_cancel
+from partkeeper.telemetry import metrics, tracing
 from schemas import SchemaError
 from schemas.names import CONSUMER, ConsumerSpec
 
@@ -67,6 +74,7 @@ class ConsumerRunner(Generic[T]):
         self,
         js: JetStreamContext,
         *,
+        service: str,
         stream: str,
         durable: str,
         filter_subject: str,
@@ -75,9 +83,12 @@ class ConsumerRunner(Generic[T]):
         dlq_subject: str,
         spec: ConsumerSpec = CONSUMER,
         batch: int = 16,
+        lag_every: float = 10.0,
         on_dead_letter: Callable[[str], None] | None = None,
     ) -> None:
         self.js = js
+        self.service = service
+        self.lag_every = lag_every
         self.stream = stream
         self.durable = durable
         self.filter_subject = filter_subject
@@ -108,37 +119,43 @@ class ConsumerRunner(Generic[T]):
             await self.js.add_consumer(self.stream, config=config)
 
     async def run(self, *, fetch_timeout: float = 5.0) -> None:
-        """Fetch and process until cancelled. Long-polls: no busy loop when idle.
+        """Fetch and process until cancelled, and keep the consumer-lag gauge. Long-polls: no
+        busy loop when idle."""
+        lag = asyncio.create_task(self._report_lag(), name=f"{self.durable} lag")
+        try:
+            await self._consume(fetch_timeout)
+        finally:
+            await cancel_all([lag])
 
-        A server-side failure of the consumer (no leader after a cluster node is lost, the
-        durable deleted) re-creates and re-binds it after a backoff instead of ending the service.
-        """
+    async def _consume(self, fetch_timeout: float) -> None:
         failures = 0
         while True:
-            _raise_if_cancelling()
+            honour_cancel()
             try:
                 await self.ensure()
                 sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
             except (TimeoutError, nats.errors.Error) as exc:
                 failures += 1
-                log.warning("consumer %s on %s unavailable (%s); retrying",
-                            self.durable, self.stream, exc or type(exc).__name__)
-                await asyncio.sleep(backoff.delay(failures, cap=5.0))
+                wait = backoff.delay(failures, cap=5.0)
+                log.warning("consumer %s on %s unavailable (%s); binding again in %.1fs",
+                            self.durable, self.stream, _say(exc), wait)
+                await asyncio.sleep(wait)
                 continue
             try:
                 await self._fetch_loop(sub, fetch_timeout)
-            except nats.js.errors.APIError as exc:
+            except (TimeoutError, nats.errors.Error) as exc:
                 failures += 1
-                log.warning("consumer %s on %s failed (%s); re-creating it",
-                            self.durable, self.stream, exc)
-                await asyncio.sleep(backoff.delay(failures, cap=5.0))
+                wait = backoff.delay(failures, cap=5.0)
+                log.warning("consumer %s on %s failed (%s); re-creating it in %.1fs",
+                            self.durable, self.stream, _say(exc), wait)
+                await asyncio.sleep(wait)
             finally:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
 
     async def _fetch_loop(self, sub: JetStreamContext.PullSubscription, timeout: float) -> None:
         while True:
-            _raise_if_cancelling()
+            honour_cancel()
             try:
                 msgs = await sub.fetch(self.batch, timeout=timeout)
             except (TimeoutError, nats.errors.TimeoutError):
@@ -147,8 +164,20 @@ class ConsumerRunner(Generic[T]):
                 await asyncio.sleep(backoff.delay(1))
                 continue
             for msg in msgs:
-                _raise_if_cancelling()  # unprocessed messages are redelivered after ack_wait
+                honour_cancel()  # unprocessed messages are redelivered after ack_wait
                 await self.process(msg)
+
+    async def _report_lag(self) -> None:
+        gauge = metrics.CONSUMER_LAG.labels(consumer=self.durable)
+        while True:
+            try:
+                gauge.set(await self.lag())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a metric must never stop the consumer
+                log.debug("consumer lag of %s unavailable: %s", self.durable, _say(exc))
+            honour_cancel()
+            await asyncio.sleep(self.lag_every)
 
     async def lag(self) -> int:
         """Messages not yet delivered to this consumer (for the consumer-lag metric)."""
@@ -186,8 +215,8 @@ class ConsumerRunner(Generic[T]):
             log.exception("handler failed on %s (attempt %d); will retry", msg.subject, attempt)
             await self._retry(msg, f"{type(exc).__name__}: {exc}", attempt, None)
         else:
-            await msg.ack_sync()
-            self.processed += 1
+            if await _settle("ack", msg, msg.ack_sync()):
+                self.processed += 1
 
     async def _retry(self, msg: Msg, reason: str, attempt: int, delay: float | None) -> None:
         if attempt >= self.spec.max_deliver:
@@ -195,7 +224,7 @@ class ConsumerRunner(Generic[T]):
             return
         wait = delay if delay is not None else backoff.delay(attempt)
         log.info("retrying %s in %.2fs: %s", msg.subject, wait, reason)
-        await msg.nak(delay=wait)
+        await _settle("nak", msg, msg.nak(delay=wait))
 
     async def _dead_letter(self, msg: Msg, error: str, attempt: int) -> None:
         seq = msg.metadata.sequence.stream
@@ -213,21 +242,35 @@ class ConsumerRunner(Generic[T]):
             await self.js.publish(self.dlq_subject, msg.data, headers=headers)
         except Exception as exc:
             # The copy is not durable: keep the original rather than lose it.
-            log.error("could not dead-letter %s (%s); will redeliver", msg.subject, exc)
-            await msg.nak(delay=backoff.delay(attempt))
+            log.error("could not dead-letter %s (%s); will redeliver", msg.subject, _say(exc))
+            await _settle("nak", msg, msg.nak(delay=backoff.delay(attempt)))
             return
         log.error("dead-lettered %s seq %d to %s: %s", msg.subject, seq, self.dlq_subject, error)
-        await msg.term()
+        metrics.DEAD_LETTERS.labels(service=self.service, stream=self.stream).inc()
         self.dead_lettered += 1
+        # A term that is lost only means one more delivery, which finds the copy's id taken.
+        await _settle("term", msg, msg.term())
         if self.on_dead_letter is not None:
             self.on_dead_letter(error)
 
 
-def _raise_if_cancelling() -> None:
-    # On Python 3.11, asyncio.wait_for (used inside nats-py's fetch and request) returns the
-    # result instead of raising when a cancellation races a completed future, so a cancel can
-    # be swallowed. The request is still counted by Task.cancelling(); honour it here, or the
-    # loop would fetch again and the task would never stop.
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
+async def _settle(what: str, msg: Msg, call: Awaitable[object]) -> bool:
+    """Send an ack, nak or term; a failure only means the message comes back after ack_wait."""
+    try:
+        await call
+    except (TimeoutError, nats.errors.Error) as exc:
+        log.warning("%s of %s (stream seq %s) not confirmed (%s); it will be redelivered",
+                    what, msg.subject, _sequence(msg), _say(exc))
+        return False
+    return True
+
+
+def _sequence(msg: Msg) -> str:
+    try:
+        return str(msg.metadata.sequence.stream)
+    except Exception:  # not a JetStream message: nothing to name
+        return "?"
+
+
+def _say(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

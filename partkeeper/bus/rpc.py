@@ -1,4 +1,11 @@
-"""Request/reply on NATS micro services; a caller that gets no answer takes no action."""
+"""Request/reply on NATS micro services; a caller that gets no usable answer takes no action.
+
+Server side, `serve` decodes each request with `schemas.decode_request` (no `v`: the current
+version; an unknown `v`: refused) and answers an error with the micro error headers and a JSON
+body `{"error": str, "code": int}`, so a person asking with the `nats` CLI reads why. Client side,
+`request` raises only `Unanswered` (no responders, a timeout, not connected, an error reply, an
+unreadable reply); the typed clients in `partkeeper.bus.clients` are the way services ask.
+"""
 
 from __future__ import annotations
 
@@ -11,31 +18,46 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.micro import add_service
-from nats.micro.request import Request
+from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER, Request
 from nats.micro.service import EndpointConfig, Service
 from opentelemetry.trace import SpanKind
 
 from partkeeper.telemetry import tracing
-from schemas import SchemaError, decode, encode
+from schemas import SchemaError, decode, decode_request, encode
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 
-ERROR_CODE_HEADER = "Nats-Service-Error-Code"
-ERROR_HEADER = "Nats-Service-Error"
+BAD_REQUEST = 400
+FAILED = 500
 
 
-class NoAnswer(Exception):
-    """Nobody answered (no responders, or a timeout). Callers must treat this as 'do nothing'."""
+class Unanswered(Exception):
+    """No usable answer. Callers must treat this as 'do nothing'."""
 
 
-class RemoteError(Exception):
+class NoAnswer(Unanswered):
+    """Nobody answered (no responders, a timeout, not connected)."""
+
+
+class RemoteError(Unanswered):
     """The service answered with an error."""
 
     def __init__(self, code: str, description: str) -> None:
         super().__init__(f"{code}: {description}")
         self.code = code
         self.description = description
+
+
+class BadReply(Unanswered):
+    """The answer could not be read as the reply the contract names."""
+
+
+class ErrorBody(msgspec.Struct, frozen=True):
+    """The JSON body of every error reply."""
+
+    error: str
+    code: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,25 +90,32 @@ def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
             req.headers, f"serve {endpoint.name}", kind=SpanKind.SERVER, tracer=tracer
         ):
             try:
-                body = decode(req.data, endpoint.request_type, what=f"{endpoint.name} request")
+                body = decode_request(req.data, endpoint.request_type,
+                                      what=f"{endpoint.name} request")
             except SchemaError as exc:
-                await req.respond_error("400", str(exc))
+                await respond_error(req, BAD_REQUEST, str(exc))
                 return
             try:
                 reply = await endpoint.handler(body)
             except Exception as exc:
                 log.exception("%s failed", endpoint.name)
-                await req.respond_error("500", f"{type(exc).__name__}: {exc}")
+                await respond_error(req, FAILED, f"{type(exc).__name__}: {exc}")
                 return
             await req.respond(encode(reply))
 
     return handle
 
 
+async def respond_error(req: Request, code: int, description: str) -> None:
+    """The micro error headers and the same in the body, as JSON."""
+    body = msgspec.json.encode(ErrorBody(error=description, code=code))
+    await req.respond_error(str(code), description, data=body)
+
+
 async def request(
     nc: Client, subject: str, body: msgspec.Struct, reply_type: type[R], *, timeout: float = 2.0
 ) -> R:
-    """Ask and decode the answer. Raises NoAnswer, RemoteError or SchemaError, never guesses."""
+    """Ask and decode the answer. Raises NoAnswer, RemoteError or BadReply, never guesses."""
     headers = tracing.inject({})
     try:
         msg = await nc.request(subject, encode(body), timeout=timeout, headers=headers)
@@ -94,8 +123,14 @@ async def request(
         raise NoAnswer(f"no service answers on {subject}") from exc
     except (nats.errors.TimeoutError, TimeoutError) as exc:
         raise NoAnswer(f"no answer on {subject} within {timeout:g}s") from exc
-    except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as exc:
+    except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+            nats.errors.OutboundBufferLimitError) as exc:
         raise NoAnswer(f"not connected to NATS while asking {subject}") from exc
+    except nats.errors.Error as exc:
+        raise NoAnswer(f"asking {subject} failed: {exc or type(exc).__name__}") from exc
     if msg.headers and msg.headers.get(ERROR_CODE_HEADER):
         raise RemoteError(msg.headers[ERROR_CODE_HEADER], msg.headers.get(ERROR_HEADER, ""))
-    return decode(msg.data, reply_type, what=f"reply on {subject}")
+    try:
+        return decode(msg.data, reply_type, what=f"reply on {subject}")
+    except SchemaError as exc:
+        raise BadReply(str(exc)) from exc

@@ -12,10 +12,9 @@ import logging
 from collections.abc import Callable
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 
 from partkeeper.bus import backoff
-from partkeeper.bus.kv import entries
+from partkeeper.bus.kv import Bucket, entries
 from partkeeper.claims import machine
 from schemas import CardClaims, SchemaError, decode, encode
 from schemas.names import claims_key, claims_prefix, decode_token
@@ -34,8 +33,9 @@ class ConflictExhausted(Exception):
 
 
 class ClaimsStore:
-    def __init__(self, kv: KeyValue, node: str, *, max_conflicts: int = 64) -> None:
-        self.kv = kv
+    def __init__(self, bucket: Bucket, node: str, *, max_conflicts: int = 64) -> None:
+        self.bucket = bucket
+        self.kv = bucket.kv
         self.node = node
         self.max_conflicts = max_conflicts
         self.conflicts = 0  # CAS conflicts seen, for metrics and tests
@@ -61,7 +61,7 @@ class ClaimsStore:
         """Cards that have a claims document. Raises StoreReadError."""
         prefix = claims_prefix(self.node)
         try:
-            keys = list(await entries(self.kv, f"{prefix}*"))
+            keys = list(await entries(self.bucket, f"{prefix}*"))
         except Exception as exc:
             raise StoreReadError(f"listing claim documents failed: {exc}") from exc
         return sorted(int(decode_token(k[len(prefix) :])) for k in keys if k.startswith(prefix))

@@ -20,6 +20,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from partkeeper.lifecycle import honour_cancel, woken_or_timeout
 from partkeeper.stack.kube import PodChange
 from schemas import ClaimChanged, ForeignFound, SchemaError, decode
 from schemas.events import PartitionEvent
@@ -57,28 +58,6 @@ class PodTrack:
     @property
     def settled(self) -> bool:
         return self.running is not None or bool(self.refused)
-
-
-def honour_cancel() -> None:
-    """Raise CancelledError if this task was asked to stop.
-
-    On Python 3.11 a library's asyncio.wait_for (nats-py uses it for every request) can swallow a
-    cancellation that races its result; a loop that goes on regardless would never stop.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-async def woken_or_timeout(event: asyncio.Event, seconds: float) -> None:
-    """Wait for `event` at most `seconds`.
-
-    Not asyncio.wait_for: on Python 3.11 it returns instead of raising when a cancellation races
-    the event being set, and a loop built on it then never ends (its task cannot be stopped).
-    """
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await event.wait()
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.drivers.base import Instance
 from partkeeper.drivers.sim import SimDriver
@@ -40,8 +41,8 @@ class Probe:
     async def claims(self) -> list[Claim]:
         """Every claim of the node, from the claims bucket."""
         if self._store is None:
-            kv = await self.stack.nc.jetstream().key_value(BUCKET_CLAIMS)
-            self._store = ClaimsStore(kv, self.stack.node)
+            bucket = await Bucket.open(self.stack.nc.jetstream(), BUCKET_CLAIMS)
+            self._store = ClaimsStore(bucket, self.stack.node)
         docs = await self._store.read_all()
         return [claim for doc, _ in docs.values() for claim in doc.claims.values()]
 

@@ -18,6 +18,7 @@ import nats.errors
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from partkeeper.bus.connection import credentials
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import ConfigError, load
 from schemas import CardClaims, NodeCapacity, SchemaError, decode
@@ -107,7 +108,7 @@ async def gather(
             capacity = decode(entry.value or b"", NodeCapacity, what="capacity document")
         except SchemaError as exc:
             raise StatusError(str(exc)) from exc
-        store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
+        store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
         docs = await store.read_all([c.index for c in capacity.cards])
         services = {name: await _answers(nc, name, timeout) for name in MICRO_SERVICES}
         return build(node, capacity, {k: v[0] for k, v in docs.items()}, services)

@@ -7,12 +7,10 @@ the version as a label.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import platform
 import threading
-from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import (
@@ -111,16 +109,3 @@ def _handler(health: Health) -> type[BaseHTTPRequestHandler]:
             """Probes every few seconds are not worth a log line."""
 
     return Handler
-
-
-async def track_lag(consumer: str, lag: Callable[[], Awaitable[int]], every: float) -> None:
-    """Set the consumer-lag gauge of `consumer` every `every` seconds, until cancelled."""
-    gauge = CONSUMER_LAG.labels(consumer=consumer)
-    while True:
-        try:
-            gauge.set(await lag())
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a metric must never stop the service
-            log.debug("consumer lag of %s unavailable: %s", consumer, exc)
-        await asyncio.sleep(every)

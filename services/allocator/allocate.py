@@ -12,7 +12,6 @@ honours cancellation: nothing is written while waiting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from opentelemetry import trace
 
 from partkeeper import faults
 from partkeeper.kubelet import deviceplugin_pb2 as pb
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
@@ -240,8 +240,7 @@ class Allocator:
                                                             waited))
             if spots is None:
                 pause = min(remaining, self.ctx.options.lookup.delay(attempt) * 4)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(change.wait(), pause)
+                await woken_or_timeout(change, pause)
 
     async def _make_room(
         self, offer: Offer, ids: list[str], snap: Snapshot, attempt: int, remaining: float

@@ -8,23 +8,21 @@ set every token's health, so kubelet never sees a token Healthy that is not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
-from nats.micro.service import Service
 
 from partkeeper import runtime
 from partkeeper.bus import backoff
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver, DriverError, open_driver
 from partkeeper.errors import StartupError
 from partkeeper.health import HEALTH
+from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY, BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator import catalog, claims_service
 from services.allocator.allocate import Allocator
@@ -49,11 +47,6 @@ class Parts:
     servers: list[PluginServer]
     registrar: Registrar
     recompute: Recompute
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    service: Service | None = None
-
-    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        self.tasks.append(asyncio.create_task(work, name=name))
 
 
 async def serve(
@@ -71,15 +64,14 @@ async def serve(
         await dra_main.serve(config, nc, ready=ready, options=options)
         return
     parts = await _build(config, nc, options or Options())
-    try:
-        await _start(parts)
+    async with Lifecycle("allocator") as life:
+        life.on_stop("the pod-resources client", parts.ctx.podres.close)
+        await _start(parts, life)
         log.info("allocator ready on node %s: %s", config.node, ", ".join(parts.ctx.offers))
         if ready is not None:
             ready.set()
         with HEALTH.condition("kubelet registration", lambda: parts.registrar.registered):
-            await asyncio.gather(*parts.tasks)
-    finally:
-        await _stop(parts)
+            await life.run()
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:
@@ -88,10 +80,11 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
         driver = await asyncio.to_thread(open_driver, config)
     cards = await _cards(driver)
     js = nc.jetstream()
-    claims_kv = await js.key_value(BUCKET_CLAIMS)
+    claims = await Bucket.open(js, BUCKET_CLAIMS)
+    claims_kv = claims.kv
     changes = Changes()
     ctx = Context(
-        config=config, nc=nc, js=js, store=ClaimsStore(claims_kv, config.node), driver=driver,
+        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node), driver=driver,
         cards=cards,
         offers=catalog.offers(cards, prefix=config.resource_prefix,
                               sliced_resource=config.sliced_resource,
@@ -110,35 +103,27 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
     )
 
 
-async def _start(parts: Parts) -> None:
+async def _start(parts: Parts, life: Lifecycle) -> None:
     ctx = parts.ctx
     loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    parts.spawn(ctx.pods.run(loaded), "allocator pod view")
-    parts.spawn(watch_claims(ctx, parts.claims_kv, claims_seen), "allocator claims watch")
-    await loaded.wait()
-    await claims_seen.wait()
-    parts.service = await claims_service.start(ctx.nc, ctx.node, ctx.store,
-                                               [c.index for c in ctx.cards])
-    parts.spawn(parts.recompute.run(computed), "allocator recompute")
+    life.spawn("pod view", ctx.pods.run(loaded))
+    life.spawn("claims watch", watch_claims(ctx, parts.claims_kv, claims_seen))
+    await life.until(loaded)
+    await life.until(claims_seen)
+    service = await claims_service.start(ctx.nc, ctx.node, ctx.store, [c.index for c in ctx.cards])
+    life.on_stop("the claims.query service", service.stop)
+    life.spawn("recompute", parts.recompute.run(computed))
     ctx.changes.touch()
-    await computed.wait()
-    parts.spawn(Removals(ctx, parts.recompute).run(), "allocator removals")
+    await life.until(computed)
+    life.spawn("removals", Removals(ctx, parts.recompute).run())
+    # Stopped after the tasks, in this order: the Allocate calls in flight first (the servers'
+    # handlers wait on them), then registration and the plugin servers.
+    life.on_stop("registration and the plugin servers", parts.registrar.stop)
+    life.on_stop("the Allocate calls", parts.allocator.close)
     for server in parts.servers:
         await _serve_first(server)
-    parts.spawn(parts.registrar.run(), "allocator registration")
-    parts.spawn(parts.recompute.poll_hardware(), "allocator hardware poll")
-
-
-async def _stop(parts: Parts) -> None:
-    for task in parts.tasks:
-        task.cancel()
-    await asyncio.gather(*parts.tasks, return_exceptions=True)
-    await parts.allocator.close()  # before the servers: their handlers wait on these calls
-    await parts.registrar.stop()
-    if parts.service is not None:
-        with contextlib.suppress(Exception):
-            await parts.service.stop()
-    await parts.ctx.podres.close()
+    life.spawn("registration", parts.registrar.run())
+    life.spawn("hardware poll", parts.recompute.poll_hardware())
 
 
 async def _serve_first(server: PluginServer) -> None:

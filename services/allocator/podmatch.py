@@ -16,16 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import TypeVar
 
-from partkeeper.bus import NoAnswer, RemoteError, request
-from schemas import (
-    PendingPodsQuery,
-    PendingPodsReply,
-    PodRecord,
-    PodsGet,
-    PodsGetReply,
-    SchemaError,
-)
-from schemas.names import pods_get_subject, pods_pending_subject
+from partkeeper.bus import Unanswered
+from partkeeper.bus.clients import WatcherClient
+from schemas import PodRecord, PodsGetReply
 from schemas.pods import InvalidPodUID, validate_pod_uid
 from services.allocator.context import Context
 from services.allocator.options import LookupPolicy
@@ -113,11 +106,9 @@ async def find(
     seen: list[str] = []
 
     async def once(attempt: int) -> Target | None:
-        query = PendingPodsQuery(resource=resource, quantity=quantity, fresh=attempt > 1)
         try:
-            reply = await request(ctx.nc, pods_pending_subject(ctx.node), query,
-                                  PendingPodsReply, timeout=ctx.options.lookup.timeout)
-        except (NoAnswer, RemoteError, SchemaError) as exc:
+            reply = await _watcher(ctx).pending(resource, quantity, fresh=attempt > 1)
+        except Unanswered as exc:
             seen[:] = [f"the watcher's pods.pending failed: {exc}"]
             return None
         kubelet = await ctx.podres.view()
@@ -143,9 +134,8 @@ async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetRep
 
     async def once(_attempt: int) -> PodsGetReply | None:
         try:
-            return await request(ctx.nc, pods_get_subject(ctx.node), PodsGet(uid=uid, fresh=fresh),
-                                 PodsGetReply, timeout=ctx.options.lookup.timeout)
-        except (NoAnswer, RemoteError, SchemaError) as exc:
+            return await _watcher(ctx).pod(uid, fresh=fresh)
+        except Unanswered as exc:
             problem[:] = [str(exc)]
             return None
 
@@ -154,3 +144,7 @@ async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetRep
     except LookupFailed as exc:
         raise LookupFailed(f"the watcher did not say whether Pod {uid} is live "
                            f"({'; '.join(problem)}){exc}") from None
+
+
+def _watcher(ctx: Context) -> WatcherClient:
+    return WatcherClient(ctx.nc, ctx.node, ctx.options.lookup.timeout)

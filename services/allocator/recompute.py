@@ -18,6 +18,7 @@ from nats.js.kv import KeyValue
 
 from partkeeper.bus import backoff
 from partkeeper.drivers import Instance
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import NodeCapacity, encode
 from schemas.names import capacity_key, claims_prefix
@@ -56,8 +57,7 @@ class Recompute:
             await self.ctx.changes.pending()
             number = self.ctx.changes.passes
             if self.ctx.allocating:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.ctx.idle.wait(), DEFER)
+                await woken_or_timeout(self.ctx.idle, DEFER)
             started = loop.time()
             if await self.once():
                 first.set()
@@ -103,8 +103,7 @@ class Recompute:
             left = deadline - loop.time()
             if left <= 0:
                 return False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._pushed.wait(), left)
+            await woken_or_timeout(self._pushed, left)
         return True
 
     async def poll_hardware(self) -> None:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from partkeeper.bus import NoAnswer, RemoteError, request
+from partkeeper.bus import Unanswered
+from partkeeper.bus.clients import ReclaimerClient
 from partkeeper.telemetry.logs import decision
-from schemas import ReclaimNow, ReclaimNowReply, SchemaError
-from schemas.names import reclaim_now_subject
 from services.allocator import blockers, podmatch
 from services.allocator.catalog import Offer
 from services.allocator.context import Context
@@ -58,10 +57,9 @@ async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
 async def reclaim(ctx: Context, claim_ids: list[str], reason: str) -> bool:
     """Ask the reclaimer to destroy these claims' partitions now; True if any was destroyed."""
     try:
-        reply = await request(ctx.nc, reclaim_now_subject(ctx.node),
-                              ReclaimNow(claim_ids=claim_ids, reason=reason), ReclaimNowReply,
-                              timeout=ctx.options.reclaim_timeout)
-    except (NoAnswer, RemoteError, SchemaError) as exc:
+        reclaimer = ReclaimerClient(ctx.nc, ctx.node, ctx.options.reclaim_timeout)
+        reply = await reclaimer.now(claim_ids, reason)
+    except Unanswered as exc:
         log.warning("reclaim.now for claims %s got no usable answer (%s); waiting instead",
                     ",".join(claim_ids), exc)
         return False

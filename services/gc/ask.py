@@ -6,9 +6,9 @@ import logging
 
 from nats.aio.client import Client
 
-from partkeeper.bus import NoAnswer, RemoteError, request
-from schemas import ClaimsQuery, ClaimsReply, PodsGet, PodsGetReply, SchemaError
-from schemas.names import claims_query_subject, pods_get_subject
+from partkeeper.bus import Unanswered
+from partkeeper.bus.clients import ClaimsClient, WatcherClient
+from schemas import ClaimsReply, PodsGetReply
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +20,8 @@ async def pod_state(nc: Client, node: str, uid: str) -> PodsGetReply | None:
     # Not `fresh`: the watcher's view is the truth and keeps tombstones of gone Pods; a fresh
     # read per directory would put a sweep's worth of GETs on the API server.
     try:
-        return await request(
-            nc, pods_get_subject(node), PodsGet(uid=uid), PodsGetReply, timeout=TIMEOUT_SECONDS
-        )
-    except (NoAnswer, RemoteError, SchemaError) as exc:
+        return await WatcherClient(nc, node, TIMEOUT_SECONDS).pod(uid)
+    except Unanswered as exc:
         log.info("pods.get for Pod %s unanswered (%s); nothing of it is deleted now", uid, exc)
         return None
 
@@ -31,10 +29,7 @@ async def pod_state(nc: Client, node: str, uid: str) -> PodsGetReply | None:
 async def pod_claims(nc: Client, node: str, uid: str) -> ClaimsReply | None:
     """The allocator's claims of `uid`; None when it did not answer usably."""
     try:
-        return await request(
-            nc, claims_query_subject(node), ClaimsQuery(pod_uid=uid), ClaimsReply,
-            timeout=TIMEOUT_SECONDS,
-        )
-    except (NoAnswer, RemoteError, SchemaError) as exc:
+        return await ClaimsClient(nc, node, TIMEOUT_SECONDS).of_pod(uid)
+    except Unanswered as exc:
         log.info("claims.query for Pod %s unanswered (%s); nothing of it is deleted now", uid, exc)
         return None

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from nats.aio.client import Client
 
 from partkeeper import runtime, workdir
 from partkeeper.bus import ConsumerRunner
 from partkeeper.config import Config
-from partkeeper.telemetry import metrics
+from partkeeper.lifecycle import Lifecycle
 from schemas.names import STREAM_PODS, dlq_subject, durable_name, pods_filter
 from services.gc import events, sweep
 from services.gc.collect import Collector
@@ -36,33 +35,24 @@ async def serve(
     collector = Collector(config, nc, device_of=device_of)
     runner = ConsumerRunner(
         nc.jetstream(),
+        service=SERVICE,
         stream=STREAM_PODS,
         durable=durable_name(SERVICE, config.node),
         filter_subject=pods_filter(config.node),
         decode=events.decode_event,
         handle=events.handler(collector),
         dlq_subject=dlq_subject(config.node, SERVICE),
-        on_dead_letter=lambda _error: metrics.DEAD_LETTERS.labels(SERVICE, STREAM_PODS).inc(),
+        lag_every=max(config.resync_seconds, 5.0),
     )
     await runner.ensure()
     log.info("gc serving node %s, pods dir %s, sweep every %gs",
              config.node, config.pods_dir, config.resync_seconds)
-    async with asyncio.TaskGroup() as group:
-        group.create_task(runner.run(), name="gc-consumer")
-        group.create_task(sweep.run(collector, config.resync_seconds), name="gc-sweep")
-        group.create_task(_report_lag(runner, config.resync_seconds), name="gc-lag")
+    async with Lifecycle(SERVICE) as life:
+        life.spawn("consumer", runner.run())
+        life.spawn("sweep", sweep.run(collector, config.resync_seconds))
         if ready is not None:
             ready.set()
-
-
-async def _report_lag(runner: ConsumerRunner[Any], period: float) -> None:
-    while True:
-        sweep.honour_cancel()
-        try:
-            metrics.CONSUMER_LAG.labels(runner.durable).set(await runner.lag())
-        except Exception as exc:  # a metric must never stop the service
-            log.debug("consumer lag unavailable: %s", exc)
-        await asyncio.sleep(max(period, 5.0))
+        await life.run()
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from partkeeper import workdir
 from partkeeper.bus import backoff
+from partkeeper.lifecycle import honour_cancel
 from partkeeper.telemetry import logs
 from services.gc import decide
 from services.gc.collect import Collector
@@ -21,17 +22,6 @@ from services.gc.collect import Collector
 log = logging.getLogger(__name__)
 
 CONCURRENCY = 64
-
-
-def honour_cancel() -> None:
-    """Raise if this task was asked to stop.
-
-    On Python 3.11, asyncio.wait_for (inside nats-py's request) can swallow a cancellation that
-    races a reply; Task.cancelling() still counts it, so loops check it before each round.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 @dataclass(slots=True)

@@ -11,13 +11,12 @@ keeps the trace context its steps' spans continue (services/reclaimer/spans.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from opentelemetry import context as otel_context
 
-from partkeeper.lifecycle import cancel_all
+from partkeeper.lifecycle import cancel_all, woken_or_timeout
 from services.reclaimer import spans
 from services.reclaimer.context import Context
 from services.reclaimer.pods import Evidence
@@ -93,8 +92,7 @@ class Jobs:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, TICK_SECONDS))
+            await woken_or_timeout(self._changed, min(left, TICK_SECONDS))
             if tick is not None and loop.time() >= next_tick:
                 await tick()
                 next_tick = loop.time() + TICK_SECONDS
@@ -140,7 +138,6 @@ class Jobs:
             job.stalled = True
             job.last = result.why
             self._notify()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(job.wake.wait(), result.delay)
+            await woken_or_timeout(job.wake, result.delay)
             job.wake.clear()
             job.stalled = False

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
-from partkeeper.bus import NoAnswer, RemoteError, request
-from schemas import PodsGet, PodsGetReply, SchemaError
-from schemas.names import pods_get_subject
+from partkeeper.bus import NoAnswer, RemoteError, Unanswered
+from partkeeper.bus.clients import WatcherClient
 from services.reclaimer.decide import DEAD, PodVerdict
 
 
@@ -31,18 +30,14 @@ class Evidence:
 
 async def ask(nc: Client, node: str, uid: str, *, fresh: bool, timeout: float) -> Evidence:
     """The watcher's verdict on Pod `uid`, as evidence; never raises for a missing answer."""
-    subject = pods_get_subject(node)
     try:
-        reply = await request(nc, subject, PodsGet(uid=uid, fresh=fresh), PodsGetReply,
-                              timeout=timeout)
+        reply = await WatcherClient(nc, node, timeout).pod(uid, fresh=fresh)
     except NoAnswer as exc:
         return Evidence("no-answer", f"the watcher did not answer: {exc}")
     except RemoteError as exc:
         return Evidence("no-answer", f"the watcher answered with an error: {exc}")
-    except SchemaError as exc:
-        return Evidence("no-answer", f"the watcher's answer could not be read: {exc}")
-    if reply.uid != uid:
-        return Evidence("no-answer", f"the watcher answered about Pod {reply.uid}, not {uid}")
+    except Unanswered as exc:
+        return Evidence("no-answer", f"the watcher's answer could not be used: {exc}")
     observed = reply.pod.updated_at if reply.pod is not None and reply.state in DEAD else None
     why = f"pods.get{' (fresh)' if fresh else ''}: {reply.state}"
     if reply.evidence:

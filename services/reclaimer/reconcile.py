@@ -13,13 +13,13 @@ Claims needing work are handed to the jobs, the one path that releases and destr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
 
 from partkeeper.claims import StoreReadError, inventory, machine
 from partkeeper.drivers.base import DriverError, Instance, NotFoundError
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims
@@ -62,8 +62,7 @@ class Reconciler:
             except Exception:
                 self.skipped += 1
                 log.exception("reconcile pass failed; the next one starts from fresh reads")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.ctx.config.resync_seconds)
+            await woken_or_timeout(self._wake, self.ctx.config.resync_seconds)
             self._wake.clear()
 
     async def pass_once(self) -> bool:

@@ -7,7 +7,6 @@ entrypoint (`partkeeper run watcher`, `python -m services.watcher`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from nats.aio.client import Client
@@ -18,6 +17,7 @@ from nats.js.kv import KeyValue
 import partkeeper
 from partkeeper import bus, runtime
 from partkeeper.config import Config
+from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_PODS, SERVICE_WATCHER
 from services.watcher.kube import Kube
 from services.watcher.pods import Resources
@@ -46,25 +46,23 @@ async def serve(
     kube = await Kube.connect(config, request_timeout=tuning.request_timeout)
     sync = Sync(kube, view, Resources(config.resource_prefix, config.sliced_resource), tuning)
     queries = Queries(kube, view, sync, sync.resources)
-    service = await bus.serve(
-        nc,
-        name=SERVICE_WATCHER,
-        version=partkeeper.__version__,
-        description=f"Pod truth for node {config.node}: pods.get, pods.pending",
-        endpoints=queries.endpoints(),
-    )
-    log.info("watcher of node %s serving; %d Pod records loaded", config.node,
-             len(view.records()))
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(sync.run(ready), name="watcher-sync")
-            tasks.create_task(_prune(view, tuning), name="watcher-prune")
-            tasks.create_task(EventRecorder(js, kube, view, tuning).run(), name="watcher-events")
-    finally:
-        sync.stop()
-        with contextlib.suppress(Exception):
-            await service.stop()
-        await asyncio.to_thread(kube.close)
+    async with Lifecycle("watcher") as life:
+        life.on_stop("the API client", lambda: asyncio.to_thread(kube.close))
+        life.on_stop("the watch threads", sync.stop)
+        service = await bus.serve(
+            nc,
+            name=SERVICE_WATCHER,
+            version=partkeeper.__version__,
+            description=f"Pod truth for node {config.node}: pods.get, pods.pending",
+            endpoints=queries.endpoints(),
+        )
+        life.on_stop("the pods.get service", service.stop)
+        log.info("watcher of node %s serving; %d Pod records loaded", config.node,
+                 len(view.records()))
+        life.spawn("sync", sync.run(ready))
+        life.spawn("prune", _prune(view, tuning))
+        life.spawn("events", EventRecorder(js, kube, view, tuning).run())
+        await life.run()
 
 
 async def _bucket(js: JetStreamContext) -> KeyValue:

@@ -14,7 +14,6 @@ becomes). An Event is advisory:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -51,10 +50,6 @@ def decode_partition_event(data: bytes) -> PartitionEvent:
     return decode(data, PartitionEvent, what="partition event")
 
 
-def _dead_letter(_error: str) -> None:
-    metrics.DEAD_LETTERS.labels(service=SERVICE, stream=STREAM_PARTITIONS).inc()
-
-
 class EventRecorder:
     def __init__(
         self, js: JetStreamContext, kube: Kube, view: PodView, tuning: Tuning, *,
@@ -64,6 +59,7 @@ class EventRecorder:
         node = kube.node
         self.runner: ConsumerRunner[PartitionEvent] = ConsumerRunner(
             js,
+            service=SERVICE,
             stream=STREAM_PARTITIONS,
             durable=durable_name(SERVICE, node, STREAM_PARTITIONS),
             filter_subject=parts_filter(node),
@@ -73,18 +69,13 @@ class EventRecorder:
             # Room beyond our own bound, so only a process dying on every delivery (or a bug
             # raising something unexpected) reaches the runner's dead-letter limit.
             spec=ConsumerSpec(max_deliver=tuning.event_attempts + 2),
-            on_dead_letter=_dead_letter,
+            lag_every=tuning.lag_interval,
         )
         self._tracer = tracing.tracer(__name__)
 
     async def run(self) -> None:
-        """Consume until cancelled, reporting the consumer's lag."""
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self.runner.run(), name="watcher-events-consume")
-            tasks.create_task(
-                metrics.track_lag(self.runner.durable, self.runner.lag, self.tuning.lag_interval),
-                name="watcher-events-lag",
-            )
+        """Consume until cancelled (the runner reports the consumer's lag)."""
+        await self.runner.run()
 
     async def handle(self, event: PartitionEvent, delivery: Delivery) -> None:
         note = describe(event)

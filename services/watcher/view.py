@@ -21,27 +21,24 @@ from opentelemetry.trace import SpanKind
 
 from partkeeper import faults
 from partkeeper.bus import publish
-from partkeeper.bus.kv import entries
+from partkeeper.bus.kv import Bucket, entries
+from partkeeper.lifecycle import honour_cancel
 from partkeeper.telemetry import logs, metrics, tracing
 from schemas import PodRecord, SchemaError, decode, encode
-from schemas.names import DAY, TokenError, decode_token, encode_token, pods_key, pods_subject
+from schemas.names import (
+    BUCKET_PODS,
+    DAY,
+    TokenError,
+    decode_token,
+    encode_token,
+    pods_key,
+    pods_subject,
+)
 from services.watcher.decide import Decision, Observation, decide, msg_id, observation_uid
 from services.watcher.pods import parse_rv
 
 log = logging.getLogger(__name__)
 MAX_CONFLICTS = 8
-
-
-def honour_cancellation() -> None:
-    """Raise CancelledError if this task was cancelled while in a NATS call.
-
-    nats-py's client swallows a CancelledError that lands in its flush, so a cancelled task can
-    return from a publish as if nothing happened and then wait for ever; checking the task's
-    pending cancellation after each NATS effect restores it.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 class ViewError(Exception):
@@ -60,6 +57,7 @@ class PodView:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.js, self.kv, self.node, self.clock = js, kv, node, clock
+        self.bucket = Bucket(js, BUCKET_PODS, kv)
         self._stored: dict[str, Stored] = {}
         self._lock = asyncio.Lock()
         self._tracer = tracing.tracer(__name__)
@@ -69,10 +67,10 @@ class PodView:
         """Read every record of this node; raises ViewError (fail closed) when the read fails."""
         prefix = f"{encode_token(self.node)}."
         try:
-            found = await entries(self.kv, f"{prefix}*")
+            found = await entries(self.bucket, f"{prefix}*")
         except Exception as exc:
             raise ViewError(f"reading the pk-pods view of node {self.node} failed: {exc}") from exc
-        honour_cancellation()
+        honour_cancel()
         self._stored = {}
         for key, entry in found.items():
             try:
@@ -136,7 +134,7 @@ class PodView:
                 if decision.record is None:
                     return decision
                 committed = await self._commit(uid, decision, stored.revision if stored else 0)
-                honour_cancellation()
+                honour_cancel()
                 if committed:
                     _log_decision(decision)
                     return decision
@@ -199,7 +197,7 @@ class PodView:
                     continue
                 except Exception as exc:
                     raise ViewError(f"pruning tombstone of Pod {uid} failed: {exc}") from exc
-                honour_cancellation()
+                honour_cancel()
                 del self._stored[uid]
                 removed += 1
         return removed

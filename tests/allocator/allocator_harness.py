@@ -20,6 +20,7 @@ from allocator.allocator_peers import TableReclaimer, TableWatcher
 from nats.aio.client import Client
 
 import tests_support as support
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Instance
@@ -157,7 +158,7 @@ async def node_stack(
                     pod_resources_socket=podres, pods_dir=directory / "pods",
                     driver="sim", sim_state=state, slices_per_card=slices_per_card)
     js = nc.jetstream()
-    store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
+    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
     source = MemoryPodSource()
     kubelet = SimKubelet(config.kubelet_dir, source,
                          pod_resources_socket=directory / "pr.sock")

@@ -17,6 +17,7 @@ import pytest
 from allocator.allocator_harness import MIG, until
 from allocator.allocator_peers import TableWatcher
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.faults import EXIT_STATUS
@@ -83,7 +84,7 @@ async def test_crash_at_each_fault_point_then_the_retry_completes(
     try:
         init_state(directory / "sim.json", ["H100-80GB"], [])
         driver = SimDriver(directory / "sim.json")
-        store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
+        store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
         uid = "5d7f0c2e-9a1b-4c3d-8e7f-6a5b4c3d2e1f"
         await watcher.add(watcher.record(uid, "a", {"main": {R3: 1}}))
 

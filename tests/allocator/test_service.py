@@ -16,6 +16,7 @@ from allocator.allocator_harness import FAST, MIG, SLICED, node_stack, until
 from allocator.allocator_peers import TableWatcher
 
 from partkeeper.bus import request
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.profiles import overlaps
@@ -149,7 +150,7 @@ async def test_two_allocators_racing_on_one_card_never_overlap(nc, js, node) -> 
             *(allocate_on(directory, "y", f"1g.10gb-{i}") for i in range(4, 7)),
         )
 
-        doc, _ = await ClaimsStore(await js.key_value(BUCKET_CLAIMS), node).read(0)
+        doc, _ = await ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node).read(0)
         claims = list(doc.claims.values())
         spans = [(c.start, c.size) for c in claims]
         assert len(claims) == 7 and all(c.state == "active" for c in claims)

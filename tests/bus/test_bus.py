@@ -38,6 +38,7 @@ def gone(node: str, uid: str = UID) -> PodGone:
 def runner(js, node: str, handle, *, spec: ConsumerSpec | None = None, name: str = "t"):
     return ConsumerRunner(
         js,
+        service=name,
         stream=STREAM_PODS,
         durable=f"{name}-{node.replace('.', '_')}",
         filter_subject=pods_filter(node),

@@ -6,13 +6,14 @@ import asyncio
 
 import pytest
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore, StoreReadError, TransitionError, machine
 from schemas.names import claims_key
 from tests_support import make_claim
 
 
 async def test_concurrent_writers_never_lose_an_update(js, node: str) -> None:
-    kv = await js.key_value("pk-claims")
+    kv = await Bucket.open(js, "pk-claims")
     a, b = ClaimsStore(kv, node), ClaimsStore(kv, node)
 
     async def add(store: ClaimsStore, i: int) -> None:
@@ -28,7 +29,7 @@ async def test_concurrent_writers_never_lose_an_update(js, node: str) -> None:
 
 
 async def test_overlapping_racers_only_one_wins(js, node: str) -> None:
-    kv = await js.key_value("pk-claims")
+    kv = await Bucket.open(js, "pk-claims")
     stores = [ClaimsStore(kv, node) for _ in range(4)]
     results = await asyncio.gather(
         *(s.update(1, lambda d, i=i: machine.begin(d, make_claim(f"r{i}", 0, 4, card=1)))
@@ -41,7 +42,7 @@ async def test_overlapping_racers_only_one_wins(js, node: str) -> None:
 
 
 async def test_refused_mutation_writes_nothing(js, node: str) -> None:
-    kv = await js.key_value("pk-claims")
+    kv = await Bucket.open(js, "pk-claims")
     store = ClaimsStore(kv, node)
     _, rev = await store.update(0, lambda d: machine.begin(d, make_claim("a", 0, 1, card=0)))
     with pytest.raises(TransitionError):
@@ -50,8 +51,8 @@ async def test_refused_mutation_writes_nothing(js, node: str) -> None:
 
 
 async def test_corrupt_document_fails_closed(js, node: str) -> None:
-    kv = await js.key_value("pk-claims")
-    await kv.put(claims_key(node, 5), b'{"v": 1, "type": "CardClaims", "claims": 3}')
+    kv = await Bucket.open(js, "pk-claims")
+    await kv.kv.put(claims_key(node, 5), b'{"v": 1, "type": "CardClaims", "claims": 3}')
     store = ClaimsStore(kv, node)
     with pytest.raises(StoreReadError):
         await store.read(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,7 @@ def test_exit_fault_ends_the_process_with_86() -> None:
     assert "survived" not in proc.stdout
 
 
-def test_service_with_bad_config_exits_2_with_one_sentence() -> None:
+def test_service_with_bad_config_exits_2_with_one_json_line() -> None:
     env = {"PK_DRIVER": "cuda", "PK_NODE_NAME": "n", "PK_METRICS_PORT": "0"}
     proc = subprocess.run(
         [sys.executable, "-c", "from partkeeper import runtime; "
@@ -122,6 +123,9 @@ def test_service_with_bad_config_exits_2_with_one_sentence() -> None:
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "partkeeper gc: PK_DRIVER='cuda' is not valid; expected one of: nvml, hgml, dmi, sim"
-    )
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    line = json.loads(lines[0])
+    assert line["level"] == "error" and line["service"] == "gc"
+    assert line["msg"] == ("partkeeper gc: PK_DRIVER='cuda' is not valid; expected one of: "
+                           "nvml, hgml, dmi, sim")

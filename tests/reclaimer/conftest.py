@@ -11,6 +11,7 @@ import pytest
 from nats.aio.client import Client
 from reclaimer.reclaimer_harness import FAST, MODEL, AuditLog, FakeWatcher, Hands
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.sim import SimDriver, init_state
@@ -38,7 +39,7 @@ def config(nats_server: NatsServer, node: str, sim_state: Path, tmp_path: Path) 
 
 @pytest.fixture
 async def hands(js, config: Config, sim_state: Path) -> Hands:
-    store = ClaimsStore(await js.key_value("pk-claims"), config.node)
+    store = ClaimsStore(await Bucket.open(js, "pk-claims"), config.node)
     return Hands(js, store, SimDriver(sim_state), config.pods_dir, config.node)
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import NatsServer
@@ -85,7 +86,7 @@ async def scene(
         work = Workload(stack)
         await work.start()
         sentinel = Sentinel(work)
-        store = ClaimsStore(await stack.nc.jetstream().key_value(BUCKET_CLAIMS), stack.node)
+        store = ClaimsStore(await Bucket.open(stack.nc.jetstream(), BUCKET_CLAIMS), stack.node)
         reader = Reader(work.kube.api, store, stack.layout.cluster.sim_state,
                         stack.layout.pods_dir, stack.node)
         sentinel.start()
