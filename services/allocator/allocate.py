@@ -30,6 +30,7 @@ from services.allocator import (
     events,
     handoff,
     partitions,
+    patience,
     podmatch,
     reply,
     retry,
@@ -164,7 +165,8 @@ class Allocator:
 
     async def _claims(self) -> list[Claim]:
         try:
-            docs, _ = await read_claims(self.ctx)
+            docs, _ = await patience.waiting(self.ctx, "reading the claims",
+                                             lambda: read_claims(self.ctx))
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
         return [c for card in sorted(docs) for c in docs[card].claims.values()]
@@ -190,7 +192,7 @@ class Allocator:
 
     async def _snapshot(self) -> Snapshot:
         try:
-            return await read(self.ctx)
+            return await patience.waiting(self.ctx, "reading the claims", lambda: read(self.ctx))
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 

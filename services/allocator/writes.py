@@ -21,7 +21,7 @@ from partkeeper.drivers import Instance
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim, LiveInstance
-from services.allocator import events
+from services.allocator import events, patience
 from services.allocator.catalog import Offer
 from services.allocator.context import Context
 from services.allocator.placement import Spot
@@ -63,7 +63,9 @@ async def begin(ctx: Context, claim: Claim) -> bool:
     """Write `claim` as creating; False when its placement is no longer free in the store."""
     try:
         with _tracer.start_as_current_span("claim", attributes=span_attributes(claim)):
-            await ctx.store.update(claim.card, functools.partial(machine.begin, claim=claim))
+            mutate = functools.partial(machine.begin, claim=claim)
+            await patience.waiting(ctx, f"writing claim {claim.id}",
+                                   lambda: ctx.store.update(claim.card, mutate))
     except TransitionError as exc:
         decision(log, f"placement lost to another writer: {exc}", pod_uid=claim.pod_uid,
                  card=claim.card, claim_id=claim.id)
@@ -96,9 +98,9 @@ async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Cla
     with _tracer.start_as_current_span("activate", attributes=span_attributes(claim)) as span:
         if live is not None:
             span.set_attribute("pk.instance_uuid", live.uuid)
-        doc, _ = await ctx.store.update(
-            claim.card, functools.partial(_activation, claim_id=claim.id, live=live)
-        )
+        mutate = functools.partial(_activation, claim_id=claim.id, live=live)
+        doc, _ = await patience.waiting(ctx, f"activating claim {claim.id}",
+                                        lambda: ctx.store.update(claim.card, mutate))
         active = doc.claims[claim.id]
         decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
