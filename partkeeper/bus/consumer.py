@@ -100,6 +100,7 @@ class ConsumerRunner(Generic[T]):
         self.on_dead_letter = on_dead_letter
         self.processed = 0
         self.dead_lettered = 0
+        self.unsettled = 0  # acks, naks and terms the server did not confirm
 
     async def ensure(self) -> None:
         """Create the durable consumer if it does not exist (idempotent across restarts)."""
@@ -215,7 +216,7 @@ class ConsumerRunner(Generic[T]):
             log.exception("handler failed on %s (attempt %d); will retry", msg.subject, attempt)
             await self._retry(msg, f"{type(exc).__name__}: {exc}", attempt, None)
         else:
-            if await _settle("ack", msg, msg.ack_sync()):
+            if await self._settle("ack", msg, msg.ack_sync()):
                 self.processed += 1
 
     async def _retry(self, msg: Msg, reason: str, attempt: int, delay: float | None) -> None:
@@ -224,7 +225,7 @@ class ConsumerRunner(Generic[T]):
             return
         wait = delay if delay is not None else backoff.delay(attempt)
         log.info("retrying %s in %.2fs: %s", msg.subject, wait, reason)
-        await _settle("nak", msg, msg.nak(delay=wait))
+        await self._settle("nak", msg, msg.nak(delay=wait))
 
     async def _dead_letter(self, msg: Msg, error: str, attempt: int) -> None:
         seq = msg.metadata.sequence.stream
@@ -243,26 +244,27 @@ class ConsumerRunner(Generic[T]):
         except Exception as exc:
             # The copy is not durable: keep the original rather than lose it.
             log.error("could not dead-letter %s (%s); will redeliver", msg.subject, _say(exc))
-            await _settle("nak", msg, msg.nak(delay=backoff.delay(attempt)))
+            await self._settle("nak", msg, msg.nak(delay=backoff.delay(attempt)))
             return
         log.error("dead-lettered %s seq %d to %s: %s", msg.subject, seq, self.dlq_subject, error)
         metrics.DEAD_LETTERS.labels(service=self.service, stream=self.stream).inc()
         self.dead_lettered += 1
         # A term that is lost only means one more delivery, which finds the copy's id taken.
-        await _settle("term", msg, msg.term())
+        await self._settle("term", msg, msg.term())
         if self.on_dead_letter is not None:
             self.on_dead_letter(error)
 
-
-async def _settle(what: str, msg: Msg, call: Awaitable[object]) -> bool:
-    """Send an ack, nak or term; a failure only means the message comes back after ack_wait."""
-    try:
-        await call
-    except (TimeoutError, nats.errors.Error) as exc:
-        log.warning("%s of %s (stream seq %s) not confirmed (%s); it will be redelivered",
-                    what, msg.subject, _sequence(msg), _say(exc))
-        return False
-    return True
+    async def _settle(self, what: str, msg: Msg, call: Awaitable[object]) -> bool:
+        """Send an ack, nak or term; a failure only means the message comes back after
+        ack_wait (handlers are idempotent)."""
+        try:
+            await call
+        except (TimeoutError, nats.errors.Error) as exc:
+            self.unsettled += 1
+            log.warning("%s of %s (stream seq %s) not confirmed (%s); it will be redelivered",
+                        what, msg.subject, _sequence(msg), _say(exc))
+            return False
+        return True
 
 
 def _sequence(msg: Msg) -> str:

@@ -79,6 +79,7 @@ async def serve(
                 name=endpoint.name, subject=endpoint.subject, handler=_wrap(endpoint)
             )
         )
+    await nc.flush()  # the server knows the endpoints once this returns
     return service
 
 

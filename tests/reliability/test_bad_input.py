@@ -3,7 +3,7 @@
 Stream subjects (`pk.pods.<node>.*`, read by the reclaimer and the GC; `pk.parts.<node>.*`, read
 by the watcher's Event recorder): every undecodable message is copied to PK_DLQ by each consumer,
 with headers naming the original subject and sequence. Request subjects (pods.get, pods.pending,
-claims.query, reclaim.now): every garbage request gets an error reply. Afterwards every service
+claims.query, reclaim.now): every garbage request gets an error reply (micro headers and a JSON body). Afterwards every service
 is still up and a Pod is admitted and reclaimed as usual; a planted file outside PK_PODS_DIR,
 named by a path-trick "UID", is untouched.
 """
@@ -29,7 +29,7 @@ from schemas import (
     PodsGet,
     ReclaimNow,
     SchemaError,
-    decode,
+    decode_request,
 )
 from schemas.names import (
     STREAM_PARTITIONS,
@@ -120,10 +120,20 @@ async def all_dead_lettered(sc: Scene, stream: str, seqs: set[int], *, each: boo
 
 def valid(body: bytes, kind: type) -> bool:
     try:
-        decode(body, kind)
+        decode_request(body, kind)
     except SchemaError:
         return False
     return True
+
+
+def error_body(data: bytes, code: int) -> bool:
+    """The reply body is the documented error document {"error": str, "code": code}."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("code") == code and \
+        isinstance(body.get("error"), str) and bool(body["error"])
 
 
 async def not_refused(nc: Client, node: str) -> list[str]:
@@ -137,7 +147,7 @@ async def not_refused(nc: Client, node: str) -> list[str]:
                 continue  # e.g. {"v": 1} is a ClaimsQuery with every field defaulted
             msg = await nc.request(subject, body, timeout=5.0)
             code = (msg.headers or {}).get(ERROR_CODE_HEADER, "")
-            if code != "400":
+            if code != "400" or not error_body(msg.data, 400):
                 wrong.append(f"{subject} {body[:60]!r}: code {code!r}, reply {msg.data[:200]!r}")
     return wrong
 
