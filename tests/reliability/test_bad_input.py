@@ -3,9 +3,9 @@
 Stream subjects (`pk.pods.<node>.*`, read by the reclaimer and the GC; `pk.parts.<node>.*`, read
 by the watcher's Event recorder): every undecodable message is copied to PK_DLQ by each consumer,
 with headers naming the original subject and sequence. Request subjects (pods.get, pods.pending,
-claims.query, reclaim.now): every garbage request gets an error reply (micro headers and a JSON body). Afterwards every service
-is still up and a Pod is admitted and reclaimed as usual; a planted file outside PK_PODS_DIR,
-named by a path-trick "UID", is untouched.
+claims.query, reclaim.now): every garbage request gets an error reply (micro headers and a JSON
+body). Afterwards every service is still up and a Pod is admitted and reclaimed as usual; a
+planted file outside PK_PODS_DIR, named by a path-trick "UID", is untouched.
 """
 
 from __future__ import annotations

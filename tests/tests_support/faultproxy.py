@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
 from dataclasses import dataclass, field
 
 CHUNK = 65536
@@ -164,5 +165,5 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     sock = writer.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
