@@ -69,6 +69,17 @@ class Scene:
         assert self.sentinel.checks > 0
         return snap
 
+    def all_alive(self) -> None:
+        """Every service still runs its first process (none ended, none was restarted)."""
+        rig = self.rig
+        dead = [f"{n}: status {rig.child(n).status}" for n in SERVICES if not rig.alive(n)]
+        assert not dead, f"{dead}\n{self.logs()}"
+
+    def admission_errors(self) -> list[str]:
+        """Pods refused at Allocate (kubelet's UnexpectedAdmissionError), as opposed to kubelet
+        finding no free token at admission."""
+        return [r for r in self.work.tally.refusals if "UnexpectedAdmission" in r]
+
     def logs(self, names: Sequence[str] = SERVICES, lines: int = 12) -> str:
         return "\n".join(f"--- {name}.log (in {self.rig.layout.root}):\n"
                          f"{tail(self.rig.layout.log(name), lines)}" for name in names)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability.rel_harness import Scene, scene
+from reliability.rel_harness import scene
 from reliability.test_kill_restart import (
     ADMITTED_AFTER,
     PROGRESS_SECONDS,
@@ -52,11 +52,6 @@ async def kill_and_restart(server: NatsServer, down: float) -> None:
     await asyncio.to_thread(server.start)
 
 
-def all_alive(sc: Scene) -> None:
-    dead = [f"{n}: status {sc.rig.child(n).status}" for n in SERVICES if not sc.rig.alive(n)]
-    assert not dead, f"{dead}\n{sc.logs()}"
-
-
 async def restarts_in_a_row(times: int, seed: int) -> None:
     rng = random.Random(seed)
     async with scene() as sc:
@@ -67,11 +62,11 @@ async def restarts_in_a_row(times: int, seed: int) -> None:
             await kill_and_restart(server, down=rng.uniform(0.0, 2.0))
             async with asyncio.timeout(RECONNECT_SECONDS):
                 await reconnected(sc.rig)
-            all_alive(sc)
+            sc.all_alive()
         await admitted_more(sc, churn, ADMITTED_AFTER, PROGRESS_SECONDS)
-        all_alive(sc)
+        sc.all_alive()
         await settle(sc, churn)
-        all_alive(sc)
+        sc.all_alive()
 
 
 async def black_holed(service: str, seconds: float, seed: int) -> None:
@@ -87,13 +82,13 @@ async def black_holed(service: str, seconds: float, seed: int) -> None:
                 proxy.black_hole()
                 cut_at = time.monotonic()
                 while time.monotonic() - cut_at < seconds:
-                    all_alive(sc)
+                    sc.all_alive()
                     await asyncio.sleep(0.5)  # the outage lasts `seconds`; checked meanwhile
                 proxy.heal()
                 await admitted_more(sc, churn, ADMITTED_AFTER, PROGRESS_SECONDS)
-                all_alive(sc)
+                sc.all_alive()
                 await settle(sc, churn)
-                all_alive(sc)
+                sc.all_alive()
     finally:
         await asyncio.to_thread(server.stop)
         shutil.rmtree(store, ignore_errors=True)
