@@ -19,7 +19,7 @@ from schemas.names import pods_get_subject, pods_subject
 from tests_support import until
 from tests_support.faultproxy import FaultProxy
 
-from .test_bus import UID, gone, runner
+from .bus_harness import UID, gone, runner
 
 pytestmark = pytest.mark.timeout(120)
 

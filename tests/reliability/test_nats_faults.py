@@ -29,8 +29,8 @@ from reliability.test_kill_restart import (
 
 from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import NatsServer
-from partkeeper.stack.rig import reconnected
 from tests_support.faultproxy import FaultProxy
+from tests_support.rig import reconnected
 
 pytestmark = [pytest.mark.reliability]
 
