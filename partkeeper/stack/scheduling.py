@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import nats.errors
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 
@@ -71,10 +72,15 @@ class Scheduler:
         return await self._allocator_free(resource) > 0 and await self._kubelet_free(resource) > 0
 
     async def _allocator_free(self, resource: str) -> int:
-        kv = await self.nc.jetstream().key_value(BUCKET_CAPACITY)
+        """Free placements in the allocator's capacity document; 0 while it cannot be read (a
+        NATS restart, a cluster electing its leaders): no room is assumed, and the next wake-up
+        (a second at most) reads again."""
         try:
+            kv = await self.nc.jetstream().key_value(BUCKET_CAPACITY)
             entry = await kv.get(capacity_key(self.observer.node))
         except KeyNotFoundError:
+            return 0
+        except (TimeoutError, nats.errors.Error):
             return 0
         doc = decode(entry.value or b"", NodeCapacity, what="capacity document")
         found = doc.resources.get(resource)

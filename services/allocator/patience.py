@@ -8,6 +8,11 @@ because the store is unreachable is tried again with backoff until `Options.room
 (the same budget as the wait for room) has passed; then the last error is raised and the caller
 refuses as before. Anything else (a conflict, an undecodable document, a driver error) is raised
 at once. Cancellation (kubelet gave up) ends the wait at once: no catch of CancelledError here.
+
+The Pod lookups of an Allocate (`pods.pending`, `pods.get`) wait the same way for a watcher that
+gives no usable answer (`answered`): during an election the watcher cannot persist what its fresh
+LIST saw and answers with an error. One deadline covers all the lookups of one search, so the
+bounded retry of the lookup itself stays bounded.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import TypeVar
 import nats.errors
 import nats.js.errors
 
-from partkeeper.bus import backoff
+from partkeeper.bus import RemoteError, Unanswered, backoff
+from partkeeper.bus.rpc import BAD_REQUEST
 from services.allocator.context import Context
 
 log = logging.getLogger(__name__)
@@ -42,20 +48,42 @@ def unreachable(exc: BaseException) -> bool:
     return False
 
 
+def unanswered(exc: BaseException) -> bool:
+    """No usable answer from a peer service, except a refusal of the request itself."""
+    if isinstance(exc, RemoteError):
+        return exc.code != str(BAD_REQUEST)
+    return isinstance(exc, Unanswered)
+
+
+def deadline(ctx: Context) -> float:
+    return asyncio.get_running_loop().time() + ctx.options.room_wait_seconds
+
+
 async def waiting(ctx: Context, what: str, call: Callable[[], Awaitable[T]]) -> T:
     """`await call()`, again while the store is unreachable, for at most the room budget."""
+    return await _again(deadline(ctx), what, "the claims store is unreachable", unreachable, call)
+
+
+async def answered(until: float, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """`await call()`, again while the peer gives no usable answer, until `until` (loop time)."""
+    return await _again(until, what, "no usable answer", unanswered, call)
+
+
+async def _again(
+    until: float, what: str, trouble: str, transient: Callable[[BaseException], bool],
+    call: Callable[[], Awaitable[T]],
+) -> T:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + ctx.options.room_wait_seconds
     attempt = 0
     while True:
         try:
             return await call()
         except Exception as exc:
             attempt += 1
-            left = deadline - loop.time()
-            if not unreachable(exc) or left <= 0:
+            left = until - loop.time()
+            if not transient(exc) or left <= 0:
                 raise
             wait = min(left, backoff.delay(attempt, base=0.1, cap=2.0))
-            log.warning("%s: the claims store is unreachable (%s); again in %.1fs, %.0fs left "
-                        "before the Allocate is refused", what, exc, wait, left)
+            log.warning("%s: %s (%s); again in %.1fs, %.0fs left before the Allocate is "
+                        "refused", what, trouble, exc, wait, left)
             await asyncio.sleep(wait)

@@ -20,6 +20,7 @@ from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import WatcherClient
 from schemas import PodRecord, PodsGetReply
 from schemas.pods import InvalidPodUID, validate_pod_uid
+from services.allocator import patience
 from services.allocator.context import Context
 from services.allocator.options import LookupPolicy
 from services.allocator.podresources import KubeletView
@@ -104,10 +105,12 @@ async def find(
 ) -> Target:
     """The container this Allocate serves. Raises LookupFailed naming what was seen."""
     seen: list[str] = []
+    until = patience.deadline(ctx)
 
     async def once(attempt: int) -> Target | None:
         try:
-            reply = await _watcher(ctx).pending(resource, quantity, fresh=attempt > 1)
+            reply = await patience.answered(until, "pods.pending", lambda: _watcher(ctx).pending(
+                resource, quantity, fresh=attempt > 1))
         except Unanswered as exc:
             seen[:] = [f"the watcher's pods.pending failed: {exc}"]
             return None
@@ -131,10 +134,12 @@ async def find(
 async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetReply:
     """The watcher's answer about one Pod (fresh: confirmed with the API server)."""
     problem: list[str] = []
+    until = patience.deadline(ctx)
 
     async def once(_attempt: int) -> PodsGetReply | None:
         try:
-            return await _watcher(ctx).pod(uid, fresh=fresh)
+            return await patience.answered(until, f"pods.get {uid}",
+                                           lambda: _watcher(ctx).pod(uid, fresh=fresh))
         except Unanswered as exc:
             problem[:] = [str(exc)]
             return None

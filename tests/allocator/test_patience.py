@@ -9,6 +9,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
+from partkeeper.bus import NoAnswer, RemoteError
 from partkeeper.claims import StoreReadError
 from services.allocator import patience
 from services.allocator.snapshot import SnapshotError
@@ -91,3 +92,30 @@ async def test_cancellation_ends_the_wait() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_watcher_without_a_usable_answer_is_asked_again_until_the_deadline() -> None:
+    answers: list[Exception] = [RemoteError("500", "could not persist: no response from stream"),
+                                NoAnswer("no answer on pods.pending within 2s")]
+
+    async def call() -> str:
+        if answers:
+            raise answers.pop()
+        return "pods"
+
+    until = asyncio.get_running_loop().time() + 30
+    assert await patience.answered(until, "pods.pending", call) == "pods"
+
+
+async def test_a_refused_request_is_not_asked_again() -> None:
+    calls = 0
+
+    async def call() -> None:
+        nonlocal calls
+        calls += 1
+        raise RemoteError("400", "pods.pending request has schema version 9")
+
+    until = asyncio.get_running_loop().time() + 30
+    with pytest.raises(RemoteError):
+        await patience.answered(until, "pods.pending", call)
+    assert calls == 1

@@ -145,11 +145,19 @@ class Churn:
         end = time.monotonic() + timeout
         with self.workload.observer.wakeups.listen() as woken:
             while self.cycles < cycles:
+                self._raise_if_a_slot_failed()
                 if time.monotonic() > end:
                     raise DemoError(f"churn made {self.cycles} of {cycles} cycles in "
                                     f"{timeout:.0f}s")
                 woken.clear()
                 await woken_or_timeout(woken, 1.0)
+
+    def _raise_if_a_slot_failed(self) -> None:
+        """A slot that ended with an error stops cycling: say so instead of stalling."""
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise DemoError(f"churn {task.get_name()} failed: "
+                                f"{task.exception()!r}") from task.exception()
 
     async def _slot(self) -> None:
         while True:
