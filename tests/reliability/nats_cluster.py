@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nats
 import nats.errors
+from nats.js import JetStreamContext
 
 from partkeeper.bus import ensure_topology
 from partkeeper.stack.natsserver import NatsServer, free_port
@@ -111,6 +112,51 @@ class Cluster:
             proc.kill()
             await asyncio.to_thread(proc.wait)
         self.servers[index].proc = None
+
+    async def restart(self, index: int, *, empty: bool = False) -> None:
+        """Start a killed server again on its port, with its store or (`empty`) without."""
+        server = self.servers[index]
+        if server.proc is not None:
+            await self.kill(index)
+        if empty:
+            shutil.rmtree(Path(server.store_dir) / "jetstream", ignore_errors=True)
+        await asyncio.to_thread(server.start)
+
+    async def stream_leader(self, js: JetStreamContext, stream: str) -> int | None:
+        """The index of the server leading `stream` now (None: no leader, or not answerable)."""
+        try:
+            info = await js.stream_info(stream)
+        except (TimeoutError, nats.errors.Error):
+            return None
+        leader = info.cluster.leader if info.cluster else None
+        return self.names.index(leader) if leader in self.names else None
+
+    async def wait_stream_leader(self, js: JetStreamContext, stream: str, *, other_than: int,
+                                 timeout: float = 60.0) -> int:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            found = await self.stream_leader(js, stream)
+            if found is not None and found != other_than:
+                return found
+            await asyncio.sleep(0.2)  # an election takes a few seconds; asked again until then
+        raise AssertionError(f"{stream}: no new leader within {timeout:.0f}s")
+
+    async def wait_current(self, js: JetStreamContext, streams: list[str],
+                           timeout: float = 120.0) -> None:
+        """Every replica of every stream is current again (a restarted server caught up)."""
+        end = time.monotonic() + timeout
+        for stream in streams:
+            while True:
+                try:
+                    info = await js.stream_info(stream)
+                    replicas = (info.cluster.replicas or []) if info.cluster else []
+                    if info.cluster and info.cluster.leader and len(replicas) == SIZE - 1 and \
+                            all(r.current and not r.offline for r in replicas):
+                        break
+                except (TimeoutError, nats.errors.Error):
+                    pass
+                assert time.monotonic() < end, f"{stream}: replicas not current in {timeout:.0f}s"
+                await asyncio.sleep(0.2)  # asked again until the deadline
 
     async def stop(self) -> None:
         await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self.servers))
