@@ -65,6 +65,8 @@ async def restarts_in_a_row(times: int, seed: int) -> None:
             sc.all_alive()
         await admitted_more(sc, churn, ADMITTED_AFTER, PROGRESS_SECONDS)
         sc.all_alive()
+        # An Allocate that found the server down waited for it: no Pod failed for the restart.
+        assert not sc.admission_errors(), sc.admission_errors()
         await settle(sc, churn)
         sc.all_alive()
 
