@@ -4,6 +4,7 @@ black-holed route end nothing; a caller cut off gets no answer and acts on none.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import nats
 import pytest
@@ -33,6 +34,16 @@ async def proxy(nats_server):
 async def connect(proxy: FaultProxy) -> Client:
     return await nats.connect(proxy.url, reconnect_time_wait=0.2, max_reconnect_attempts=-1,
                               ping_interval=1, max_outstanding_pings=2)
+
+
+def answers(client: WatcherClient, state: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        try:
+            return (await client.pod(UID)).state == state
+        except NoAnswer:
+            return False
+
+    return check
 
 
 async def test_an_ack_that_times_out_is_redelivered_and_the_runner_goes_on(
@@ -82,14 +93,7 @@ async def test_micro_endpoint_answers_again_after_its_connection_is_reset(
     try:
         assert (await client.pod(UID)).state == "live"
         proxy.drop()
-
-        async def answers() -> bool:
-            try:
-                return (await client.pod(UID)).state == "live"
-            except NoAnswer:
-                return False
-
-        await until(answers, "pods.get answered after the reconnect", timeout=30)
+        await until(answers(client, "live"), "pods.get answered after the reconnect", timeout=30)
     finally:
         await svc.stop()
         await server_side.close()
@@ -111,14 +115,8 @@ async def test_a_black_holed_caller_gets_no_answer_then_recovers(
         with pytest.raises(NoAnswer):
             await client.pod(UID)  # fails closed: no verdict is made up
         proxy.heal()
-
-        async def answers() -> bool:
-            try:
-                return (await client.pod(UID)).state == "gone"
-            except NoAnswer:
-                return False
-
-        await until(answers, "pods.get answered once the route is back", timeout=30)
+        await until(answers(client, "gone"), "pods.get answered once the route is back",
+                    timeout=30)
     finally:
         await svc.stop()
         await caller.close()
