@@ -15,7 +15,8 @@ streams and buckets (`ensure_topology`, 3 replicas), as a fleet of N nodes would
 stream's 3 replicas, one raft group per consumer) or `r1` (one replica, file storage: the
 consumer's state lives on one server; its stream stays R3).
 
-Reported: server memory (RSS from `/varz`), streams, consumers and raft groups (`/jsz`),
+Reported: server memory (RSS from `/varz`), streams and consumers (the account's JetStream
+info) and raft groups (one meta group, one per R3 stream, one per R3 consumer),
 publish -> deliver p50/p99 (stamped at publish, read when fetched), consumer lag p99 (publish ->
 acknowledged: how far behind the stream its reader is, in time), KV CAS p50/p99, `pods.get`
 p50/p99, and the start-up of one more node (connect, topology, its three durables, its claims and
@@ -123,7 +124,7 @@ async def consume(js: JetStreamContext, stream: str, durable: str, samples: Samp
     sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
     while True:
         try:
-            msgs = await sub.fetch(16, timeout=5.0)
+            msgs = await sub.fetch(1, timeout=5.0)  # as ConsumerRunner pulls
         except (TimeoutError, nats.errors.TimeoutError):
             continue
         except nats.errors.Error:
@@ -266,10 +267,11 @@ async def run(nodes: int, layout: str, seconds: float, cycle: float, clients: in
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         mem = [int(varz(cluster, i, "varz")["mem"]) for i in range(3)]
-        jsz = varz(cluster, 0, "jsz")
+        account = await ncs[0].jetstream().account_info()
+        counts = (int(account.streams), int(account.consumers))
         for nc in ncs:
             await nc.close()
-        return figures(nodes, layout, seconds, cycle, samples, mem, jsz, consumers_seconds,
+        return figures(nodes, layout, seconds, cycle, samples, mem, counts, consumers_seconds,
                        startup)
     finally:
         await cluster.stop()
@@ -277,10 +279,10 @@ async def run(nodes: int, layout: str, seconds: float, cycle: float, clients: in
 
 
 def figures(nodes: int, layout: str, seconds: float, cycle: float, samples: Samples,
-            mem: list[int], jsz: dict, consumers_seconds: float, startup: float) -> dict:
-    consumers = int(jsz.get("consumers", 0))
-    streams = int(jsz.get("streams", 0))
-    replicated_consumers = consumers if layout == "r3" else 0
+            mem: list[int], counts: tuple[int, int], consumers_seconds: float,
+            startup: float) -> dict:
+    streams, consumers = counts
+    replicated_consumers = consumers if layout == "r3" else 0  # an R1 consumer has no raft group
     out = {
         "nodes": nodes, "layout": layout, "seconds": seconds, "cycle_seconds": cycle,
         "server_rss_mib": [round(m / 2**20) for m in mem],

@@ -11,6 +11,9 @@ No failure of the bus ends the runner (docs/reliability.md has the table):
 - a fetch that fails, or a consumer without a leader (503 during an election, the durable
   removed), re-creates and re-binds the durable after a backoff;
 - the dead-letter counter and the consumer-lag gauge are kept here, for every service.
+
+Messages are pulled one at a time (see `_fetch_loop`): a Pod event is handled as soon as it is
+delivered, not when a batch fills or a long poll ends.
 """
 
 from __future__ import annotations
@@ -82,7 +85,6 @@ class ConsumerRunner(Generic[T]):
         handle: Handler[T],
         dlq_subject: str,
         spec: ConsumerSpec = CONSUMER,
-        batch: int = 16,
         lag_every: float = 10.0,
         on_dead_letter: Callable[[str], None] | None = None,
     ) -> None:
@@ -96,7 +98,6 @@ class ConsumerRunner(Generic[T]):
         self.handle = handle
         self.dlq_subject = dlq_subject
         self.spec = spec
-        self.batch = batch
         self.on_dead_letter = on_dead_letter
         self.processed = 0
         self.dead_lettered = 0
@@ -158,7 +159,10 @@ class ConsumerRunner(Generic[T]):
         while True:
             honour_cancel()
             try:
-                msgs = await sub.fetch(self.batch, timeout=timeout)
+                # One message per pull: nats.py's fetch of a batch that arrives while its pull
+                # waits returns only once the batch is full or the pull expires, which held a
+                # lone Pod event for up to the whole long poll (bench.fleet: p99 5 s).
+                msgs = await sub.fetch(1, timeout=timeout)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
