@@ -109,13 +109,15 @@ async def create_consumers(js: JetStreamContext, nodes: list[str], layout: str) 
     for node in nodes:
         for stream, config in consumer_configs(node, layout):
             async def add(stream: str = stream, config: api.ConsumerConfig = config) -> None:
+                problem: Exception | None = None
                 for _ in range(20):
                     try:
                         await js.add_consumer(stream, config=config, timeout=10)
                         return
-                    except (TimeoutError, nats.errors.Error):
+                    except (TimeoutError, nats.errors.Error) as exc:
+                        problem = exc
                         await asyncio.sleep(0.5)  # the cluster is busy; again
-                raise RuntimeError(f"could not create {config.durable_name}")
+                raise RuntimeError(f"could not create {config.durable_name}: {problem}")
             jobs.append(add)
     await bounded(jobs, CREATE_CONCURRENCY)
 
