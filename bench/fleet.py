@@ -260,10 +260,13 @@ async def run(nodes: int, layout: str, seconds: float, cycle: float, clients: in
                 tasks.append(asyncio.create_task(
                     consume(nc.jetstream(), stream, config.durable_name, samples)))
         end = time.monotonic() + seconds
+        cpu_before = time.process_time()
         tasks += [asyncio.create_task(node_cycles(ncs[i % clients], node, cycle, end, samples,
                                                    random.Random(rng.random())))
                   for i, node in enumerate(names)]
         await asyncio.sleep(seconds + 5)  # the load runs this long; then the drain below
+        generator_cpu = (time.process_time() - cpu_before) / (seconds + 5)
+        server_cpu = [float(varz(cluster, i, "varz")["cpu"]) for i in range(3)]
         startup = await start_one_node(url, f"fleet-new-{nodes}", layout)
         for task in tasks:
             task.cancel()
@@ -273,8 +276,11 @@ async def run(nodes: int, layout: str, seconds: float, cycle: float, clients: in
         counts = (int(account.streams), int(account.consumers))
         for nc in ncs:
             await nc.close()
-        return figures(nodes, layout, seconds, cycle, samples, mem, counts, consumers_seconds,
-                       startup)
+        out = figures(nodes, layout, seconds, cycle, samples, mem, counts, consumers_seconds,
+                      startup)
+        out["generator_cpu_cores"] = round(generator_cpu, 2)
+        out["server_cpu_percent"] = server_cpu
+        return out
     finally:
         await cluster.stop()
         remove(root)

@@ -160,6 +160,11 @@ class BucketSpec:
 class ConsumerSpec:
     ack_wait_seconds: float = 30.0
     max_deliver: int = 10
+    # One replica, file storage, on streams of 3: a fleet's durables are three per node, and one
+    # raft group each (the stream's replicas) cost a 3-server cluster its CPU from 200 nodes on
+    # (docs/benchmarks.md, the fleet). The messages stay replicated in the stream; a consumer
+    # whose server is down waits for it, and one lost with its disk is re-created and replays.
+    replicas: int = 1
 
 
 DAY = 86_400.0

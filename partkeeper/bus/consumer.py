@@ -114,6 +114,7 @@ class ConsumerRunner(Generic[T]):
             ack_wait=self.spec.ack_wait_seconds,
             max_deliver=-1,
             max_ack_pending=1000,
+            num_replicas=self.spec.replicas,
         )
         try:
             await self.js.consumer_info(self.stream, self.durable)

@@ -27,7 +27,7 @@ from reliability.rel_harness import (
 
 from partkeeper.stack.launch import SERVICES
 from schemas import names
-from schemas.names import STREAM_PODS
+from schemas.names import CONSUMER, STREAM_PODS, durable_name
 from tests_support.churn import Churn
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(480)]
@@ -49,9 +49,13 @@ async def on_a_cluster(seed: int) -> AsyncIterator[tuple[Cluster, Scene, Churn]]
     try:
         await cluster.start()
         overrides = {name: {"PK_STREAM_REPLICAS": REPLICAS} for name in SERVICES}
-        async with rh.scene(servers=cluster.servers, overrides=overrides) as sc:
-            info = await sc.rig.stack.nc.jetstream().stream_info(STREAM_PODS)
+        async with scene(servers=cluster.servers, overrides=overrides) as sc:
+            js = sc.rig.stack.nc.jetstream()
+            info = await js.stream_info(STREAM_PODS)
             assert info.config.num_replicas == int(REPLICAS)
+            reclaimer = durable_name("reclaimer", sc.rig.stack.node)
+            durable = await js.consumer_info(STREAM_PODS, reclaimer)
+            assert durable.config.num_replicas == CONSUMER.replicas == 1  # the fleet layout
             churn = await churning(sc, seed=seed)
             yield cluster, sc, churn
             sc.all_alive()
