@@ -1,4 +1,4 @@
-"""A fleet on one NATS cluster: `python -m bench.fleet --nodes N [--layout r3|r1] [--seconds S]`.
+"""A fleet on one NATS cluster: `python -m bench.fleet --nodes 50,200 [--layout r1|r3]`.
 
 Plays N nodes' bus traffic against a local 3-server JetStream cluster with the project's own
 streams and buckets (`ensure_topology`, 3 replicas), as a fleet of N nodes would:
@@ -11,9 +11,9 @@ streams and buckets (`ensure_topology`, 3 replicas), as a fleet of N nodes would
   card's claims document in pk-claims; a capacity document put; a `pods.get` request answered by a
   per-node micro-style responder.
 
-`--layout` chooses how the durables are stored: `r3` (the default today: a consumer inherits its
-stream's 3 replicas, one raft group per consumer) or `r1` (one replica, file storage: the
-consumer's state lives on one server; its stream stays R3).
+`--layout` chooses how the durables are stored: `r1` (what the services create,
+`ConsumerSpec.replicas`: one replica, file storage, the consumer's state on one server while its
+stream stays R3) or `r3` (the consumer inherits its stream's 3 replicas: one raft group each).
 
 Reported: server memory (RSS from `/varz`), streams and consumers (the account's JetStream
 info) and raft groups (one meta group, one per R3 stream, one per R3 consumer),
@@ -66,12 +66,21 @@ SENT = "Pk-Bench-Sent"
 CREATE_CONCURRENCY = 32
 
 
+async def tick(samples: Samples) -> None:
+    """How late this process's event loop runs a 50 ms sleep: its own share of any latency."""
+    while True:
+        started = time.monotonic()
+        await asyncio.sleep(0.05)
+        samples.loop.append(time.monotonic() - started - 0.05)
+
+
 @dataclass
 class Samples:
     deliver: list[float] = field(default_factory=list)
     lag: list[float] = field(default_factory=list)
     cas: list[float] = field(default_factory=list)
     request: list[float] = field(default_factory=list)
+    loop: list[float] = field(default_factory=list)
     errors: int = 0
     published: int = 0
     delivered: int = 0
@@ -261,6 +270,7 @@ async def run(nodes: int, layout: str, seconds: float, cycle: float, clients: in
                     consume(nc.jetstream(), stream, config.durable_name, samples)))
         end = time.monotonic() + seconds
         cpu_before = time.process_time()
+        tasks.append(asyncio.create_task(tick(samples)))
         tasks += [asyncio.create_task(node_cycles(ncs[i % clients], node, cycle, end, samples,
                                                    random.Random(rng.random())))
                   for i, node in enumerate(names)]
@@ -301,7 +311,8 @@ def figures(nodes: int, layout: str, seconds: float, cycle: float, samples: Samp
         "errors": samples.errors, "start_one_node_seconds": round(startup, 2),
     }
     for label, values in (("publish_deliver", samples.deliver), ("consumer_lag", samples.lag),
-                          ("kv_cas", samples.cas), ("pods_get", samples.request)):
+                          ("kv_cas", samples.cas), ("pods_get", samples.request),
+                          ("generator_loop_late", samples.loop)):
         lat = Latency.of(label, values)
         out[f"{label}_ms"] = None if lat is None else {"p50": round(lat.p50, 1),
                                                        "p99": round(lat.p99, 1), "n": lat.n}
@@ -310,14 +321,19 @@ def figures(nodes: int, layout: str, seconds: float, cycle: float, samples: Samp
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
-    parser.add_argument("--nodes", type=int, default=50)
-    parser.add_argument("--layout", choices=("r3", "r1"), default="r3")
+    parser.add_argument("--nodes", default="50",
+                        help="fleet sizes, comma separated (one cluster and one line each)")
+    parser.add_argument("--layout", choices=("r1", "r3"), default="r1")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--cycle", type=float, default=10.0, help="seconds between a node's Pods")
     parser.add_argument("--clients", type=int, default=8, help="NATS connections shared by nodes")
     args = parser.parse_args()
-    result = asyncio.run(run(args.nodes, args.layout, args.seconds, args.cycle, args.clients))
-    print(json.dumps(result))
+    for nodes in (int(n) for n in args.nodes.split(",")):
+        try:
+            result = asyncio.run(run(nodes, args.layout, args.seconds, args.cycle, args.clients))
+        except Exception as exc:  # where it stops is a figure too
+            result = {"nodes": nodes, "layout": args.layout, "stopped": str(exc)}
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
