@@ -1,31 +1,72 @@
-"""A service process stops on SIGTERM even while NATS has never answered."""
+"""The runtime outlives a failing service body and ends only for a start-up error."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
+import asyncio
 
-from partkeeper.stack.natsserver import free_port
+import nats.errors
+import pytest
+
+from partkeeper import runtime
+from partkeeper.errors import StartupError
+from partkeeper.lifecycle import Lifecycle, TaskEnded
 
 
-def test_sigterm_while_nats_is_unreachable_exits_cleanly() -> None:
-    env = {
-        **os.environ, "PK_NODE_NAME": "n", "PK_METRICS_PORT": "0",
-        "NATS_URL": f"nats://127.0.0.1:{free_port()}",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "services.gc"], env=env, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:  # the first failed attempt proves it is waiting on NATS
-            if "nats connection error" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+async def test_a_failing_body_is_started_again_until_stopped(monkeypatch) -> None:
+    monkeypatch.setattr(runtime.bus.backoff, "delay", lambda attempt, **_: 0.01)
+    stop = asyncio.Event()
+    starts = 0
+
+    async def body() -> None:
+        nonlocal starts
+        starts += 1
+        if starts <= 2:
+            raise nats.errors.TimeoutError  # what a bus hiccup at start looks like
+        stop.set()
+        await asyncio.Event().wait()  # runs until cancelled
+
+    async with asyncio.timeout(30):
+        await runtime.supervise("gc", body, stop)
+    assert starts == 3
+
+
+async def test_a_start_up_error_ends_the_service() -> None:
+    async def body() -> None:
+        raise StartupError("PK_DRIVER=nvml but libnvidia-ml.so.1 does not load")
+
+    with pytest.raises(StartupError, match="libnvidia-ml"):
+        async with asyncio.timeout(30):
+            await runtime.supervise("allocator", body, asyncio.Event())
+
+
+async def test_lifecycle_surfaces_the_first_failure_and_stops_in_order() -> None:
+    order: list[str] = []
+
+    async def forever(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            order.append(f"task {name}")
+
+    async def fails() -> None:
+        raise ValueError("the first failure")
+
+    with pytest.raises(ValueError, match="the first failure"):
+        async with Lifecycle("t") as life:
+            life.on_stop("closer a", lambda: order.append("closer a"))
+            life.spawn("one", forever("one"))
+            life.on_stop("closer b", lambda: order.append("closer b"))
+            life.spawn("two", forever("two"))
+            life.spawn("fails", fails())
+            await life.run()
+    assert order == ["task two", "task one", "closer b", "closer a"]
+
+
+async def test_lifecycle_says_which_task_ended_by_itself() -> None:
+    async def ends() -> None:
+        return
+
+    with pytest.raises(TaskEnded, match="t quits"):
+        async with Lifecycle("t") as life:
+            life.spawn("quits", ends())
+            await life.run()
