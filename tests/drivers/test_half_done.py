@@ -15,6 +15,7 @@ import pytest
 from fakes import nvml as nv
 from fakes.nvml import FakeNvml
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
 from partkeeper.drivers.base import InstanceSpec, UnknownError
@@ -87,7 +88,7 @@ async def test_a_resumed_allocate_completes_a_gpu_instance_left_without_compute_
     [left] = driver.instances(H100)
     assert not left.complete
 
-    store = ClaimsStore(await js.key_value("pk-claims"), node)
+    store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     claim = _claim("creating", 2, 2, "2g.20gb")
     await store.update(H100, lambda d: machine.begin(d, claim))
     ctx = Context(Config(node=node, driver="nvml"), js._nc, js, store, driver,  # type: ignore[arg-type]  # js._nc: the context's client

@@ -10,6 +10,7 @@ import pytest
 from fakes.nvml import FakeNvml
 
 from partkeeper import cdi
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore, machine
 from partkeeper.config import Config
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
@@ -105,9 +106,9 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
     config = Config(node=node, driver="nvml", device_list_strategy=strategy,  # type: ignore[arg-type]  # a parametrized str
                     cdi_dir=tmp_path / "cdi", driver_root=roots.driver_root,
                     proc_root=roots.proc_root)
-    store = ClaimsStore(await js.key_value("pk-claims"), node)
-    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]  # js._nc: the context's client
-                  {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
+    store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
+    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]
+                  {}, None, None, None)  # type: ignore[arg-type]
     nodes, names = await handoff.prepare(ctx, claims)
     response = reply.partition_response(claims, nodes, names)
     paths = [d.container_path for d in response.devices]
