@@ -32,6 +32,11 @@ class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.names = [f"n{i}" for i in range(SIZE)]
+        self._configure()
+
+    def _configure(self) -> None:
+        """New free ports for every server (client, route, monitoring) and their config files."""
+        root = self.root
         routes = [free_port() for _ in range(SIZE)]
         self.monitors = [free_port() for _ in range(SIZE)]
         self.servers: list[NatsServer] = []
@@ -89,7 +94,7 @@ class Cluster:
         """Start the servers, wait for a meta leader, and create the streams and buckets with
         `replicas` (as an operator would before the agents run: a fresh cluster may still time
         out the first stream creations, which ends a starting service)."""
-        await asyncio.gather(*(asyncio.to_thread(s.start) for s in self.servers))
+        await self._start_servers()
         await self.wait_leader()
         nc = await nats.connect(self.url.split(","))
         try:
@@ -104,6 +109,20 @@ class Cluster:
                     await asyncio.sleep(0.5)  # the cluster is still electing stream leaders
         finally:
             await nc.close()
+
+    async def _start_servers(self, attempts: int = 3) -> None:
+        """A free port can be taken by another process between its choice and the server's
+        bind (the server then exits at once): start again on new ports, a few times."""
+        for attempt in range(1, attempts + 1):
+            started = await asyncio.gather(*(asyncio.to_thread(s.start) for s in self.servers),
+                                           return_exceptions=True)
+            failed = [r for r in started if isinstance(r, BaseException)]
+            if not failed:
+                return
+            await self.stop()
+            if attempt == attempts:
+                raise failed[0]
+            self._configure()
 
     async def kill(self, index: int) -> None:
         """SIGKILL: the server gets no chance to hand its leadership over."""
