@@ -64,6 +64,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     External("allocate latency", "bench.allocate_latency", ("--calls", "500"), optional=True),
     External("GC sweep", "bench.gc_sweep", ("--pods", "10000", "--live", "9000")),
     External("service footprint", "bench.footprint", ("--rounds", "2", "--idle", "60")),
+    External("list-watch readers", "bench.list_watch", ("--pods", "2000", "--rounds", "3")),
     External("fleet", "bench.fleet", ("--nodes", "50,200,500,1000", "--layout", "r1")),
     # Imported when run: a module that does not import fails its own line, not the others.
     Internal("reclaim latency", "bench.reclaim_latency",

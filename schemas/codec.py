@@ -45,7 +45,8 @@ def decode_request(data: bytes | str, kind: type[T], *, what: str = "request") -
     """Decode a request body as `kind`: like `decode`, except that a body without `v` is read as
     the current version (a request typed by hand or with the `nats` CLI). An unknown `v` is still
     refused, and so is a `type` naming another request."""
-    return _decode(data, kind, what=what, version_required=False)
+    decoded: T = _decode(data, kind, what=what, version_required=False)
+    return decoded
 
 
 def _decode(data: bytes | str, kind: Any, *, what: str, version_required: bool) -> Any:

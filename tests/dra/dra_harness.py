@@ -20,6 +20,7 @@ from allocator.allocator_peers import TableReclaimer, TableWatcher
 from kubernetes import client
 from nats.aio.client import Client
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.dra import DRIVER
@@ -147,7 +148,7 @@ async def dra_node(nc: Client, node: str, kubeconfig: Path, *,
     driver = SimDriver(state)
     config = dra_config(directory, node, kubeconfig, state)
     js = nc.jetstream()
-    store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
+    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
     watcher = await TableWatcher(nc, await js.key_value(BUCKET_PODS), node).start()
     reclaimer = await TableReclaimer(nc, store, driver, node, list(range(len(cards)))).start()
     from kubernetes import config as kube_config

@@ -18,6 +18,7 @@ import pytest
 from allocator.allocator_harness import until
 from dra.dra_harness import NAMESPACE, claim_body
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.dra import DRIVER
 from partkeeper.drivers.sim import SimDriver, init_state
@@ -97,7 +98,7 @@ async def test_crash_at_each_fault_point_then_the_retry_completes(
     try:
         init_state(directory / "sim.json", ["H100-80GB"], [])
         driver = SimDriver(directory / "sim.json")
-        store = ClaimsStore(await js.key_value(BUCKET_CLAIMS), node)
+        store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
         ref = await allocated_claim(resource_api, node)
         env = env_for(directory, nats_server.url, node, kubeconfig, f"allocator.{point}=exit")
 

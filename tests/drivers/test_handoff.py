@@ -107,8 +107,8 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
                     cdi_dir=tmp_path / "cdi", driver_root=roots.driver_root,
                     proc_root=roots.proc_root)
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
-    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]
-                  {}, None, None, None)  # type: ignore[arg-type]
+    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]  # js._nc: the context's client
+                  {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
     nodes, names = await handoff.prepare(ctx, claims)
     response = reply.partition_response(claims, nodes, names)
     paths = [d.container_path for d in response.devices]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from partkeeper import cdi
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.base import InstanceSpec
@@ -29,7 +30,7 @@ async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
     claims = [_active(inst, "c0")]
     config = Config(node=node, driver="dmi", device_list_strategy="cdi",  # type: ignore[arg-type]
                     cdi_dir=tmp_path / "cdi", driver_root=rig.root)
-    store = ClaimsStore(await js.key_value("pk-claims"), node)
+    store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]
                   {}, None, None, None)  # type: ignore[arg-type]
     edits, names = await handoff.prepare(ctx, claims)

@@ -36,7 +36,7 @@ REPLICAS = "3"
 # Three servers, the simulated cluster and four services share two cores here: progress is bound
 # by a deadline twice the single-server one (a bound, not an expectation; once 7 of 8 cycles came
 # within 90 s under a concurrent load).
-CLUSTER_PROGRESS_SECONDS = 2 * rh.PROGRESS_SECONDS
+CLUSTER_PROGRESS_SECONDS = 2 * PROGRESS_SECONDS
 
 
 STREAMS = [s.name for s in names.STREAMS] + [f"KV_{b.name}" for b in names.BUCKETS]

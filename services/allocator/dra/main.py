@@ -18,6 +18,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import open_driver
@@ -57,12 +58,13 @@ async def serve(
         driver = await asyncio.to_thread(open_driver, config)
     cards = await enumerate_cards(driver)
     js = nc.jetstream()
-    claims_kv = await js.key_value(BUCKET_CLAIMS)
+    claims = await Bucket.open(js, BUCKET_CLAIMS)
+    claims_kv = claims.kv
     changes = Changes()
     offers = catalog.offers(cards, prefix=config.resource_prefix,
                             sliced_resource=config.sliced_resource,
                             slices_per_card=config.slices_per_card)
-    ctx = Context(config=config, nc=nc, js=js, store=ClaimsStore(claims_kv, config.node),
+    ctx = Context(config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node),
                   driver=driver, cards=cards, offers=offers,
                   pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
                   changes=changes, podres=PodResources(config.pod_resources_socket),
