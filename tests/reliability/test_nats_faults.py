@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability.rel_harness import scene
-from reliability.test_kill_restart import (
+from reliability.rel_harness import (
     ADMITTED_AFTER,
     PROGRESS_SECONDS,
     admitted_more,
     churning,
+    scene,
     settle,
 )
 
