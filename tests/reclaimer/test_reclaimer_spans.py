@@ -60,7 +60,9 @@ async def test_a_pod_events_steps_are_children_of_its_consumption(
     tracer = TracerProvider().get_tracer("watcher")
     with tracer.start_as_current_span("watcher PodGone") as producer:
         await hands.gone(uid)  # the publish injects this span's traceparent
-    await until(lambda: named(exported, "remove") and "removed" in headers, "the removal")
+    # The consumption's span ends after its ack, a moment after the removal is published.
+    await until(lambda: named(exported, "remove") and named(exported, "consume PK_PODS")
+                and "removed" in headers, "the removal and the end of its consumption")
     await sub.unsubscribe()
 
     trace_id = producer.get_span_context().trace_id
