@@ -15,6 +15,7 @@ import asyncio
 import logging
 
 from partkeeper.bus import NoAnswer, RemoteError, request
+from partkeeper.podstate import is_dead
 from partkeeper.telemetry.logs import decision
 from schemas import ReclaimNow, ReclaimNowReply, SchemaError
 from schemas.names import reclaim_now_subject
@@ -49,7 +50,7 @@ async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
         except podmatch.LookupFailed as exc:
             log.info("%s; its partitions stay", exc)
             return None
-        return uid if reply.state in ("finished", "gone") else None
+        return uid if is_dead(reply.state) else None
 
     answers = await asyncio.gather(*(ask(uid) for uid in uids))
     return {uid for uid in answers if uid is not None}

@@ -8,6 +8,7 @@ snapshot (`SnapshotError`): nothing is ever concluded from a partial enumeration
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -28,6 +29,7 @@ class Snapshot:
     revisions: Mapping[int, int]
     instances: Mapping[int, tuple[Instance, ...]]
     dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
+    read_at: float = 0.0  # wall-clock time of the read (claims' ages are judged against it)
 
     @property
     def claims(self) -> list[Claim]:
@@ -74,4 +76,5 @@ async def read(ctx: Context) -> Snapshot:
     instances = await read_instances(ctx)
     uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
-    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead)
+    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead,
+                    time.time())

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 
 from partkeeper.bus import NoAnswer, RemoteError, request
+from partkeeper.podstate import is_dead
 from schemas import PodsGet, PodsGetReply, SchemaError
 from schemas.names import pods_get_subject
-from services.reclaimer.decide import DEAD, PodVerdict
+from services.reclaimer.decide import PodVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,7 @@ class Evidence:
 
     @property
     def dead(self) -> bool:
-        return self.pod in DEAD
+        return is_dead(self.pod)
 
 
 async def ask(nc: Client, node: str, uid: str, *, fresh: bool, timeout: float) -> Evidence:
@@ -43,7 +44,7 @@ async def ask(nc: Client, node: str, uid: str, *, fresh: bool, timeout: float) -
         return Evidence("no-answer", f"the watcher's answer could not be read: {exc}")
     if reply.uid != uid:
         return Evidence("no-answer", f"the watcher answered about Pod {reply.uid}, not {uid}")
-    observed = reply.pod.updated_at if reply.pod is not None and reply.state in DEAD else None
+    observed = reply.pod.updated_at if reply.pod is not None and is_dead(reply.state) else None
     why = f"pods.get{' (fresh)' if fresh else ''}: {reply.state}"
     if reply.evidence:
         why += f" ({reply.evidence})"

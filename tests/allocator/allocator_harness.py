@@ -42,6 +42,7 @@ SLICED = "nvidia.com/gpu.sliced"
 
 FAST = Options(
     room_wait_seconds=5.0,
+    choose_wait_seconds=2.0,
     kubelet_poll_seconds=0.05,
     hardware_poll_seconds=0.05,
     reclaim_timeout=5.0,
