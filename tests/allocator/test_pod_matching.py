@@ -175,3 +175,20 @@ async def test_claim_write_with_an_unknown_outcome_leaves_no_orphan(
         claims = await n.claims()
         assert [c.state for c in claims] == ["active"], n.report(a)
         assert n.report(a).startswith("Running")
+
+
+async def test_preferred_allocation_avoids_tokens_a_claim_carries(nc, js, node) -> None:
+    """kubelet offers a freed token of a stopped Pod along with free ones; the plugin prefers
+    the free ones, so the new Pod's Allocate is not mistaken for anything of the old one's."""
+    async with node_stack(nc, node) as n:
+        a = await n.add_pod("a", {"main": {R1: 1}})
+        await n.phase(a, "Running")
+        [held] = await n.claims_of(a)
+        await n.kubelet.finish(a)  # kubelet frees its token; nobody has told the watcher
+
+        b = await n.add_pod("b", {"main": {R1: 1}})
+        await n.phase(b, "Running")
+
+        [claim] = await n.claims_of(b)
+        assert claim.device_ids != held.device_ids
+        assert [c.id for c in await n.claims_of(a)] == [held.id]
