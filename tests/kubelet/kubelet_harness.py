@@ -188,6 +188,8 @@ async def running(
     *,
     options: pb.DevicePluginOptions | None = None,
     termination_delay: float = 0.0,
+    status_lag: float = 0.0,
+    cpu_millis: int | None = None,
 ) -> AsyncIterator[Harness]:
     """A started kubelet with one registered FakePlugin whose device list it has received."""
     with short_tmpdir() as directory:
@@ -197,6 +199,8 @@ async def running(
             source,
             pod_resources_socket=directory / "pr.sock",
             termination_delay=termination_delay,
+            status_lag=status_lag,
+            cpu_millis=cpu_millis,
         )
         await kubelet.start()
         plugin = FakePlugin(directory / "dp", devices, options=options)
