@@ -72,13 +72,23 @@ def candidates(
 
 
 def narrow(found: Sequence[Target], kubelet: KubeletView, resource: str) -> list[Target]:
-    """Those kubelet lists without devices of `resource`: the container it is admitting."""
-    return [
-        t
-        for t in found
-        if t.container in kubelet.get((t.namespace, t.name), {})
-        and resource not in kubelet[(t.namespace, t.name)][t.container]
-    ]
+    """Those of Pods kubelet lists (it lists only active Pods) whose container it lists without
+    devices of `resource`, or does not list at all: pod-resources never lists (non-sidecar)
+    init containers, which kubelet allocates first."""
+    kept = []
+    for t in found:
+        pod = kubelet.get((t.namespace, t.name))
+        if pod is not None and resource not in pod.get(t.container, frozenset()):
+            kept.append(t)
+    return kept
+
+
+def first_per_pod(found: Sequence[Target]) -> list[Target]:
+    """Within one Pod kubelet allocates in a fixed order (init containers, then the others, in
+    spec order, as the watcher lists them), so only the first unclaimed container of each Pod
+    is a candidate; several Pods left is an ambiguity."""
+    seen: set[str] = set()
+    return [t for t in found if not (t.uid in seen or seen.add(t.uid))]
 
 
 async def retrying(
@@ -104,7 +114,7 @@ def survivors(
     """The candidates left after narrowing, in admission order; one is the answer, several are
     confirmed with the watcher and waited on, none is retried."""
     found = candidates(pods, resource, quantity, claimed)
-    return found if kubelet is None else narrow(found, kubelet, resource)
+    return first_per_pod(found if kubelet is None else narrow(found, kubelet, resource))
 
 
 async def find(

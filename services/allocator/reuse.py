@@ -45,14 +45,17 @@ async def judge(ctx: Context, group: list[Claim]) -> Holder:
 
 
 async def _kubelet_admitting(ctx: Context, claim: Claim) -> bool:
-    """kubelet lists the claim's container without devices of its resource (or cannot say)."""
+    """kubelet still admits the claim's Pod (or cannot say): it lists the Pod (pod-resources
+    lists only active Pods) and the claim's container without devices of its resource, or not
+    at all: an init container, never listed, whose devices kubelet hands to the containers
+    after it with the same IDs, so they get the same partition."""
     view = await ctx.podres.view()
     if view is None:
         return True
     containers = view.get((claim.namespace, claim.name))
-    if containers is None or claim.container not in containers:
-        return False  # pod-resources lists only active Pods: kubelet is not admitting it
-    return claim.resource not in containers[claim.container]
+    if containers is None:
+        return False
+    return claim.resource not in containers.get(claim.container, frozenset())
 
 
 def handed_on(holder: Claim, target: podmatch.Target, ids: list[str]) -> str:

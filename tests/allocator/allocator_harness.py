@@ -89,12 +89,14 @@ class Node:
     # -- Pods ------------------------------------------------------------------------------
 
     async def add_pod(self, name: str, containers: Mapping[str, Mapping[str, int]],
-                      *, uid: str | None = None) -> str:
+                      *, uid: str | None = None,
+                      init: Mapping[str, Mapping[str, int]] | None = None) -> str:
         """The watcher learns of the Pod, then kubelet gets it and admits it (Allocate)."""
         uid = uid or new_uid()
+        every = {**(init or {}), **containers}  # init containers first, as the watcher lists
         await self.watcher.add(self.watcher.record(uid, name, {c: dict(r) for c, r in
-                                                               containers.items()}))
-        self.source.add(pod_manifest(name, uid, containers, node=self.config.node))
+                                                               every.items()}))
+        self.source.add(pod_manifest(name, uid, containers, node=self.config.node, init=init))
         return uid
 
     async def phase(self, uid: str, phase: str) -> None:

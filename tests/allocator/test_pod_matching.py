@@ -192,3 +192,19 @@ async def test_preferred_allocation_avoids_tokens_a_claim_carries(nc, js, node) 
         [claim] = await n.claims_of(b)
         assert claim.device_ids != held.device_ids
         assert [c.id for c in await n.claims_of(a)] == [held.id]
+
+
+async def test_an_init_containers_partition_is_reused_by_the_app_container(nc, js, node) -> None:
+    """kubelet allocates the init container first, then calls Allocate for the app container
+    with the same device IDs (its device manager reuses them): one partition serves both."""
+    async with node_stack(nc, node) as n:
+        a = await n.add_pod("a", {"main": {R3: 1}}, init={"setup": {R3: 1}})
+        await n.phase(a, "Running")
+
+        [claim] = await n.claims_of(a)
+        assert claim.container == "setup" and claim.state == "active"
+        responses = n.kubelet.record(a).containers
+        for container in ("setup", "main"):
+            envs = responses[container].responses[R3].envs
+            assert envs["NVIDIA_VISIBLE_DEVICES"] == claim.instance.uuid
+        assert [i.uuid for i in await n.instances()] == [claim.instance.uuid]
