@@ -237,14 +237,27 @@ async def settle(run: Run, *, everything: bool) -> None:
             return
         if time.monotonic() > deadline:
             run.violate(f"did not converge within {SETTLE_SECONDS:.0f}s: {problem}")
+            _show_stuck()
             return
         await asyncio.sleep(0.1)
+
+
+def _show_stuck() -> None:
+    """Where the node's work waits (stderr), to tell a stuck admission's cause."""
+    for task in asyncio.all_tasks():
+        if task.get_name().startswith(("allocat", "realise", "sim-kubelet", "chaos")):
+            print(f"--- {task.get_name()}", file=sys.stderr)
+            try:
+                task.print_stack(limit=12, file=sys.stderr)
+            except TypeError:  # a frame of compiled grpc code has no line number
+                print(task.get_coro(), file=sys.stderr)
 
 
 async def _unsettled(run: Run) -> str | None:
     admitting = [p.name for p in run.pods if _state(run, p) is PodState.ADMITTING]
     if admitting:
-        return f"still admitting {admitting}"
+        error = run.node.kubelet.sync_error
+        return f"still admitting {admitting}" + (f" (kubelet: {error!r})" if error else "")
     given = _running(run)
     wanted = {u for uuids in given.values() for u in uuids}
     have = {i.uuid for i in await run.node.instances()}
@@ -260,7 +273,8 @@ async def _unsettled(run: Run) -> str | None:
 # -- the run ---------------------------------------------------------------------------------
 
 
-async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25) -> Run:
+async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25,
+                    progress: Callable[[str], None] | None = None) -> Run:
     rng = random.Random(seed)
     node = f"chaos-{seed}-{uuid.uuid4().hex[:6]}"
     weights = [w for _, w, _ in STEPS]
@@ -270,6 +284,8 @@ async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25
             run.steps += 1
             name, _, step = rng.choices(STEPS, weights)[0]
             run.kinds[name] = run.kinds.get(name, 0) + 1
+            if progress is not None:
+                progress(f"step {run.steps}: {name}")
             await step(run)
             chaos.check_services()
             await check_safety(run)
@@ -283,13 +299,15 @@ async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25
         return run
 
 
-async def _main(steps: int, seed: int, settle_every: int) -> int:
+async def _main(steps: int, seed: int, settle_every: int, verbose: bool) -> int:
     server = NatsServer().start()
     try:
         nc = await nats.connect(server.url)
         await ensure_topology(nc.jetstream())
         started = time.monotonic()
-        run = await run_chaos(nc, steps=steps, seed=seed, settle_every=settle_every)
+        show = (lambda line: print(line, file=sys.stderr, flush=True)) if verbose else None
+        run = await run_chaos(nc, steps=steps, seed=seed, settle_every=settle_every,
+                              progress=show)
         took = time.monotonic() - started
         await nc.drain()
     finally:
@@ -315,9 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle-every", type=int, default=25)
+    parser.add_argument("--verbose", action="store_true", help="print each step as it starts")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    return asyncio.run(_main(args.steps, args.seed, args.settle_every))
+    return asyncio.run(_main(args.steps, args.seed, args.settle_every, args.verbose))
 
 
 if __name__ == "__main__":

@@ -140,6 +140,9 @@ class ChaosNode:
     def check_services(self) -> None:
         for service in self.services.values():
             service.check()
+        if self.kubelet.sync_error is not None:
+            raise NodeError("the simulated kubelet stopped handling Pod events") \
+                from self.kubelet.sync_error
 
 
 @contextlib.asynccontextmanager
