@@ -8,7 +8,7 @@ import pytest
 
 from bench.chaos import run_chaos
 
-SEEDS = (3, 11)
+SEEDS = (4, 8)  # each caught a partition handed to the wrong Pod before this was fixed
 STEPS = 45
 
 
