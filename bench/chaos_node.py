@@ -146,7 +146,9 @@ class ChaosNode:
 
 
 @contextlib.asynccontextmanager
-async def chaos_node(nc: Client, node: str, *, card: str = "H100-80GB") -> AsyncIterator[ChaosNode]:
+async def chaos_node(
+    nc: Client, node: str, *, card: str = "H100-80GB", allocator: Options = ALLOCATOR
+) -> AsyncIterator[ChaosNode]:
     directory = Path(tempfile.mkdtemp(prefix="pkc", dir="/tmp"))
     server = ApiServer(bookmark_interval=0.2)
     await server.start()
@@ -168,7 +170,7 @@ async def chaos_node(nc: Client, node: str, *, card: str = "H100-80GB") -> Async
         api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
         store = ClaimsStore(await nc.jetstream().key_value(BUCKET_CLAIMS), node)
         chaos = ChaosNode(directory, cfg, driver, store, kubelet, api)
-        options = replace(ALLOCATOR, driver=driver)
+        options = replace(allocator, driver=driver)
         chaos.services = {
             "watcher": Service("watcher", lambda r: serve_watcher(cfg, nc, ready=r,
                                                                   tuning=WATCHER)),
