@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nats.aio.client import Client
@@ -65,12 +65,13 @@ async def serve(
 ) -> None:
     """Run the allocator until cancelled. `ready` is set once the plugin sockets serve (with
     correct health) and registration with kubelet has started."""
+    options = room_waited(config, options or Options())
     if config.mode == "dra":
         from services.allocator.dra import main as dra_main  # it imports this module
 
         await dra_main.serve(config, nc, ready=ready, options=options)
         return
-    parts = await _build(config, nc, options or Options())
+    parts = await _build(config, nc, options)
     try:
         await _start(parts)
         log.info("allocator ready on node %s: %s", config.node, ", ".join(parts.ctx.offers))
@@ -80,6 +81,13 @@ async def serve(
             await asyncio.gather(*parts.tasks)
     finally:
         await _stop(parts)
+
+
+def room_waited(config: Config, options: Options) -> Options:
+    """`PK_ROOM_WAIT_SECONDS`, when set, over the options' room wait."""
+    if config.room_wait_seconds is None:
+        return options
+    return replace(options, room_wait_seconds=config.room_wait_seconds)
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:
