@@ -4,6 +4,7 @@ wrong Pod or refuse the right one, against the simulated kubelet over real gRPC 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 
@@ -208,3 +209,20 @@ async def test_an_init_containers_partition_is_reused_by_the_app_container(nc, j
             envs = responses[container].responses[R3].envs
             assert envs["NVIDIA_VISIBLE_DEVICES"] == claim.instance.uuid
         assert [i.uuid for i in await n.instances()] == [claim.instance.uuid]
+
+
+async def test_cancelled_wait_for_the_pod_to_be_told_writes_nothing(nc, js, node) -> None:
+    """kubelet giving up on its call ends the wait for several candidates to narrow to one."""
+    options = replace(FAST, choose_wait_seconds=30.0)
+    async with node_stack(nc, node, options=options, pod_resources=False) as n:
+        uids = [new_uid(), new_uid()]
+        for uid, name in zip(uids, ("a", "b"), strict=True):
+            await n.watcher.add(n.watcher.record(uid, name, {"main": {R1: 1}}))
+        call = asyncio.create_task(n.allocate(R1, ["1g.10gb-0"], timeout=60))
+        await until(lambda: set(uids) <= set(n.watcher.fresh_asked), "the candidates are asked")
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        await until(lambda: not any(t.get_name() == "allocate" for t in asyncio.all_tasks()),
+                    "the allocator ends the call")
+        await n.watcher.change(uids[0], phase="Failed", state="finished")  # b could now be told
+        assert await n.claims() == []
