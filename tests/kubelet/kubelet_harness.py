@@ -25,7 +25,7 @@ from partkeeper.kubelet import (
     open_unix_channel,
     unix_target,
 )
-from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet
+from partkeeper.sim.kubelet import MemoryPodSource, PodState, SimKubelet
 from tests_support import short_tmpdir
 
 pb = deviceplugin_pb2
@@ -213,3 +213,14 @@ async def running(
         finally:
             await kubelet.stop()
             await plugin.stop()
+
+
+def is_state(h: Harness, uid: str, wanted: PodState) -> bool:
+    record = h.kubelet.record(uid)
+    return record is not None and record.state is wanted
+
+
+def state(h: Harness, uid: str) -> PodState:
+    record = h.kubelet.record(uid)
+    assert record is not None
+    return record.state

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+from kubelet.kubelet_harness import (
+    DEADLINE,
+    RESOURCE,
+    Harness,
+    healthy,
+    is_state,
+    running,
+    state,
+)
 
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
@@ -22,17 +30,6 @@ def add_pod(h: Harness, name: str, count: int = 1, resource: str = RESOURCE) -> 
     uid = f"uid-{name}"
     h.source.add(pod_manifest(name, uid, {"main": {resource: count}}))
     return uid
-
-
-def is_state(h: Harness, uid: str, wanted: PodState) -> bool:
-    record = h.kubelet.record(uid)
-    return record is not None and record.state is wanted
-
-
-def state(h: Harness, uid: str) -> PodState:
-    record = h.kubelet.record(uid)
-    assert record is not None
-    return record.state
 
 
 async def test_admission_allocates_the_lowest_free_ids_and_keeps_the_response() -> None:

@@ -6,7 +6,14 @@ import asyncio
 
 import grpc
 import pytest
-from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+from kubelet.kubelet_harness import (
+    DEADLINE,
+    RESOURCE,
+    Harness,
+    healthy,
+    is_state,
+    running,
+)
 
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
 from partkeeper.sim.kubelet import PodState, pod_manifest
@@ -69,17 +76,6 @@ async def test_init_containers_are_not_listed() -> None:
                                   init={"setup": {RESOURCE: 1}}))
         await h.wait_phase("uid-a", "Running")
         assert await list_pods(h) == {"a": {"main": {RESOURCE: ["d0"]}}}
-
-
-def is_state(h: Harness, uid: str, wanted: PodState) -> bool:
-    record = h.kubelet.record(uid)
-    return record is not None and record.state is wanted
-
-
-def state(h: Harness, uid: str) -> PodState:
-    record = h.kubelet.record(uid)
-    assert record is not None
-    return record.state
 
 
 async def test_get_and_allocatable() -> None:
