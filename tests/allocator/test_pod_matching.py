@@ -226,3 +226,21 @@ async def test_cancelled_wait_for_the_pod_to_be_told_writes_nothing(nc, js, node
                     "the allocator ends the call")
         await n.watcher.change(uids[0], phase="Failed", state="finished")  # b could now be told
         assert await n.claims() == []
+
+
+async def test_refusal_says_when_the_profile_mix_cannot_fit(nc, js, node) -> None:
+    """kubelet saw a Healthy 7g token beside a running 1g (profiles are advertised apart): the
+    refusal says the mix cannot fit, after the configured room wait."""
+    async with node_stack(nc, node, options=QUICK, pod_resources=False) as n:
+        a = await n.add_pod("a", {"main": {R1: 1}})
+        await n.phase(a, "Running")
+        b = new_uid()
+        await n.watcher.add(n.watcher.record(b, "b", {"main": {R7: 1}}))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await n.allocate(R7, ["7g.80gb-0"])
+        message = refused.value.details()
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "for Pod default/b" in message and "Pod default/a" in message
+        assert "The profile mix cannot fit on the card: 7g.80gb needs memory slices that live " \
+               "1g.10gb partitions hold" in message
+        assert [c.pod_uid for c in await n.claims()] == [a]
