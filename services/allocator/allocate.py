@@ -48,7 +48,7 @@ from services.allocator.context import Context
 from services.allocator.placement import Spot, place
 from services.allocator.podmatch import Target
 from services.allocator.refusal import Refusal, Result
-from services.allocator.snapshot import Snapshot, SnapshotError, read, read_claims
+from services.allocator.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -128,7 +128,8 @@ class Allocator:
         # same container before either has written its claim (kubelet admits one at a time).
         handed_on: Claim | None = None  # the live-looking holder of tokens kubelet handed on
         async with self._choosing:
-            claims = await self._claims()
+            known = await self._claims()
+            claims = [c for card in sorted(known[0]) for c in known[0][card].claims.values()]
             group = retry.existing(claims, offer.resource, ids)
             if group:
                 holder = await reuse.judge(self.ctx, group)
@@ -147,7 +148,7 @@ class Allocator:
                 exc.about(group[0].pod_uid, group[0].namespace, group[0].name)
                 raise
         try:
-            return await self._serve_target(offer, target, ids), "ok"
+            return await self._serve_target(offer, target, ids, known), "ok"
         except Refusal as exc:
             if handed_on is not None and exc.result is Result.FULL:
                 exc = Refusal(Result.FULL, reuse.handed_on(handed_on, target, ids) + exc.message)
@@ -156,12 +157,12 @@ class Allocator:
             self._serving.discard((target.uid, target.container, offer.resource))
 
     async def _serve_target(
-        self, offer: Offer, target: Target, ids: list[str]
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead
     ) -> pb.ContainerAllocateResponse:
         """Plan, claim, create and activate for `target`; plan again when the driver finds the
-        planned placement taken."""
+        planned placement taken. The first plan uses the claims read to find the Pod."""
         for attempt in range(1, PLAN_ATTEMPTS + 1):
-            written = await self.reserve(offer, target, ids)
+            written = await self.reserve(offer, target, ids, known if attempt == 1 else None)
             await faults.reach("allocator.after_claim")
             try:
                 active = await self._realise(offer, written, resume=False)
@@ -174,12 +175,11 @@ class Allocator:
             return await self._respond(offer, active)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _claims(self) -> list[Claim]:
+    async def _claims(self) -> ClaimsRead:
         try:
-            docs, _ = await read_claims(self.ctx)
+            return await read_claims(self.ctx)
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
-        return [c for card in sorted(docs) for c in docs[card].claims.values()]
 
     async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
@@ -200,14 +200,17 @@ class Allocator:
              target.container)
         return target
 
-    async def _snapshot(self) -> Snapshot:
+    async def _snapshot(self, known: ClaimsRead | None = None) -> Snapshot:
         try:
-            return await read(self.ctx)
+            return await read(self.ctx, known)
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
-    async def reserve(self, offer: Offer, target: Target, ids: list[str]) -> list[Claim]:
-        """Write `creating` claims for `ids`, making room or waiting for it up to the deadline."""
+    async def reserve(
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead | None = None
+    ) -> list[Claim]:
+        """Write `creating` claims for `ids`, making room or waiting for it up to the deadline.
+        `known`: a claims read to plan the first attempt on (saves a round trip)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self.ctx.options.room_wait_seconds
@@ -215,7 +218,8 @@ class Allocator:
         while True:
             change = self.ctx.changes.next_change()
             async with self.ctx.placing:
-                snap = await self._snapshot()
+                snap = await self._snapshot(known)
+                known = None  # every later attempt reads afresh
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids))
                 if spots is not None:

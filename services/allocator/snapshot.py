@@ -71,8 +71,13 @@ async def read_claims(ctx: Context) -> tuple[dict[int, CardClaims], dict[int, in
     return docs, revisions
 
 
-async def read(ctx: Context) -> Snapshot:
-    docs, revisions = await read_claims(ctx)
+ClaimsRead = tuple[dict[int, CardClaims], dict[int, int]]
+
+
+async def read(ctx: Context, claims: ClaimsRead | None = None) -> Snapshot:
+    """A fresh snapshot; `claims`, when given, is a read of the claims just made, taken instead
+    of reading them again (a plan on it is checked by the compare-and-set of the claim write)."""
+    docs, revisions = claims if claims is not None else await read_claims(ctx)
     instances = await read_instances(ctx)
     uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
