@@ -21,7 +21,6 @@ from services.allocator.snapshot import Snapshot
 @dataclass(frozen=True, slots=True)
 class Advert:
     health: dict[str, dict[str, bool]]  # resource -> token -> Healthy
-    held: dict[str, frozenset[str]]  # resource -> tokens some claim carries
     capacity: NodeCapacity
 
 
@@ -29,13 +28,11 @@ def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float
     claims = snap.claims
     instances = snap.all_instances
     health: dict[str, dict[str, bool]] = {}
-    carried: dict[str, frozenset[str]] = {}
     resources: dict[str, ResourceCapacity] = {}
     for offer in offers.values():
         free = sum(capacity.free_per_card(offer, claims, instances).values())
         held = tokens.holds(claims, offer.resource, snap.is_dead)
         health[offer.resource] = tokens.health(offer.tokens, held, free)
-        carried[offer.resource] = frozenset(held)
         healthy = sum(health[offer.resource].values())
         resources[offer.resource] = ResourceCapacity(
             total=len(offer.tokens), healthy=healthy, unhealthy=len(offer.tokens) - healthy,
@@ -49,7 +46,7 @@ def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float
         free_per_card={str(card): free for card, free in sorted(per_card.items())},
         cards=[_card_view(snap, index, per_card.get(index, {})) for index in sorted(snap.cards)],
     )
-    return Advert(health, carried, doc)
+    return Advert(health, doc)
 
 
 def _card_view(snap: Snapshot, index: int, free: dict[str, int]) -> CardView:

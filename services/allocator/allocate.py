@@ -181,6 +181,17 @@ class Allocator:
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
+    async def carried(self, resource: str) -> frozenset[str]:
+        """The tokens of `resource` some claim carries, read now; none when the store does not
+        answer (GetPreferredAllocation is advice, and the Allocate itself checks again)."""
+        try:
+            docs, _ = await read_claims(self.ctx)
+        except SnapshotError as exc:
+            log.info("claims unreadable for GetPreferredAllocation (%s); no preference", exc)
+            return frozenset()
+        return frozenset(t for doc in docs.values() for c in doc.claims.values()
+                         if c.resource == resource for t in c.device_ids)
+
     async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
         claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}

@@ -31,13 +31,11 @@ class Board:
 
     def __init__(self, tokens: tuple[str, ...]) -> None:
         self.health: dict[str, bool] = dict.fromkeys(tokens, False)
-        self.held: frozenset[str] = frozenset()  # tokens a claim carries (preferred last)
         self.version = 0
         self._changed = asyncio.Event()
 
-    def post(self, health: Mapping[str, bool], held: frozenset[str] = frozenset()) -> bool:
+    def post(self, health: Mapping[str, bool]) -> bool:
         """Replace the list; True when it differs (then every stream sends it)."""
-        self.held = held
         if dict(health) == self.health:
             return False
         self.health = dict(health)
@@ -87,17 +85,19 @@ class DevicePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.PreferredAllocationResponse:
+        held = await self.allocator.carried(self.offer.resource)
         return pb.PreferredAllocationResponse(container_responses=[
-            pb.ContainerPreferredAllocationResponse(deviceIDs=self._prefer(r))
+            pb.ContainerPreferredAllocationResponse(deviceIDs=self._prefer(r, held))
             for r in request.container_requests
         ])
 
-    def _prefer(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
+    def _prefer(
+        self, request: pb.ContainerPreferredAllocationRequest, held: frozenset[str]
+    ) -> list[str]:
         """The must-include IDs, then the lowest available ones that no claim carries, then the
         rest: a carried token kubelet offers was freed under a stopped Pod, and handing it on
         makes the next Allocate ask whether that Pod is really done (docs/allocator.md)."""
         rank = {t: i for i, t in enumerate(self.offer.tokens)}
-        held = self.board.held
         chosen = list(dict.fromkeys(request.must_include_deviceIDs))
         for token in sorted(request.available_deviceIDs,
                             key=lambda t: (t in held, rank.get(t, len(rank)))):

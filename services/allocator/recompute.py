@@ -82,7 +82,7 @@ class Recompute:
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
-            self.boards[resource].post(health, advert.held.get(resource, frozenset()))
+            self.boards[resource].post(health)
         _record_metrics(self.ctx, advert.capacity)
         await self._publish(advert.capacity)
         return True
