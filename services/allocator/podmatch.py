@@ -87,8 +87,10 @@ def first_per_pod(found: Sequence[Target]) -> list[Target]:
     """Within one Pod kubelet allocates in a fixed order (init containers, then the others, in
     spec order, as the watcher lists them), so only the first unclaimed container of each Pod
     is a candidate; several Pods left is an ambiguity."""
-    seen: set[str] = set()
-    return [t for t in found if not (t.uid in seen or seen.add(t.uid))]
+    first: dict[str, Target] = {}
+    for target in found:
+        first.setdefault(target.uid, target)
+    return list(first.values())
 
 
 async def retrying(

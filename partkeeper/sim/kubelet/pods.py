@@ -145,7 +145,7 @@ def pod_manifest(
 ) -> dict[str, Any]:
     """A minimal Pod manifest: container name -> {resource: count}, likewise the init
     containers; `cpu` is each app container's CPU request. For tests and demos."""
-    manifest = {
+    manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
