@@ -43,6 +43,7 @@ PROFILES = ("1g.10gb", "3g.40gb", "7g.80gb")
 PREFIX = "nvidia.com/mig-"
 HEALTH_GRACE = 2.0  # seconds a Healthy list may lag a change before it counts as a violation
 SETTLE_SECONDS = 40.0
+STEP_SECONDS = 60.0  # a step with its checks that takes longer is a hang: reported, run ends
 LAGS = (0.0, 0.05, 0.3, 1.0)
 
 
@@ -286,17 +287,28 @@ async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25
             run.kinds[name] = run.kinds.get(name, 0) + 1
             if progress is not None:
                 progress(f"step {run.steps}: {name}")
-            await step(run)
-            chaos.check_services()
-            await check_safety(run)
-            await check_health(run)
-            if run.steps % settle_every == 0:
-                await settle(run, everything=False)
+            try:
+                async with asyncio.timeout(STEP_SECONDS + SETTLE_SECONDS):
+                    await _step_and_check(run, step, settle_every)
+            except TimeoutError:
+                run.violate(f"{name} and its checks did not finish within "
+                            f"{STEP_SECONDS + SETTLE_SECONDS:.0f}s (stuck work on stderr)")
+                _show_stuck()
             if run.violations:
                 break
         if not run.violations:
             await settle(run, everything=True)
         return run
+
+
+async def _step_and_check(run: Run, step: Callable[[Run], Awaitable[None]],
+                          settle_every: int) -> None:
+    await step(run)
+    run.node.check_services()
+    await check_safety(run)
+    await check_health(run)
+    if run.steps % settle_every == 0:
+        await settle(run, everything=False)
 
 
 async def _main(steps: int, seed: int, settle_every: int, verbose: bool) -> int:
