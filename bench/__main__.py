@@ -65,6 +65,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     External("GC sweep", "bench.gc_sweep", ("--pods", "10000", "--live", "9000")),
     External("service footprint", "bench.footprint", ("--rounds", "2", "--idle", "60")),
     External("list-watch readers", "bench.list_watch", ("--pods", "2000", "--rounds", "3")),
+    External("chaos", "bench.chaos", ("--steps", "300", "--seed", "7")),
+    External("profile mix", "bench.profile_mix", ("--waits", "2,10,30", "--samples", "4")),
     External("fleet", "bench.fleet", ("--nodes", "50,200,500,1000", "--layout", "r1")),
     # Imported when run: a module that does not import fails its own line, not the others.
     Internal("reclaim latency", "bench.reclaim_latency",

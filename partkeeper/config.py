@@ -218,6 +218,11 @@ class Config:
         shown="per driver: `nvidia.com/gpu.sliced`; `alibabacloud.com/ppu.sliced` (hgml); "
         "`hygon.com/dcu.sliced` (dmi)",
         derive=lambda v: RESOURCE_NAMES[v["driver"]][1])
+    room_wait_seconds: float | None = setting(  # None: the allocator's own default
+        "PK_ROOM_WAIT_SECONDS",
+        "how long an `Allocate` that finds no room waits for it (making room, ending at once "
+        "when kubelet cancels the call) before it refuses; see [allocator.md](allocator.md)",
+        number(minimum=0), shown="`30`")
     device_list_strategy: Literal["envvar", "cdi"] = setting(
         "PK_DEVICE_LIST_STRATEGY",
         "`envvar` (`NVIDIA_VISIBLE_DEVICES` plus device specs) or `cdi` (also a CDI spec per "

@@ -1,8 +1,13 @@
 """The Allocate flow (docs/contract.md section 5), one container request at a time.
 
-    retried?  -> the same partition(s), completing a `creating` claim left by a crash
+    retried?  -> the same partition(s), completing `creating` claims left by a crash (and writing
+                 the ones a crash kept it from writing)
     otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as
                  `creating` -> create -> `active` -> descriptors -> reply
+
+A retry is recognised only for the Pod it belongs to (`reuse.judge`); device IDs kubelet handed
+on from a stopped Pod start a new allocation for the Pod kubelet is admitting. One claim's
+partition is never returned to another Pod. See docs/allocator.md, "Which Pod an Allocate serves".
 
 Once claims are written, their realisation runs to the end even if kubelet gives up on the call,
 so a kubelet retry finds them active (or abandoned) rather than half-made. Waiting for room
@@ -34,6 +39,7 @@ from services.allocator import (
     podmatch,
     reply,
     retry,
+    reuse,
     room,
     slices,
     writes,
@@ -43,7 +49,7 @@ from services.allocator.context import Context
 from services.allocator.placement import Spot, place
 from services.allocator.podmatch import Target
 from services.allocator.refusal import Refusal, Result
-from services.allocator.snapshot import Snapshot, SnapshotError, read, read_claims
+from services.allocator.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -121,36 +127,43 @@ class Allocator:
             raise Refusal(Result.INVALID, f"Allocate for {offer.resource}: {why}")
         # One decision at a time in this process, so two concurrent Allocates never pick the
         # same container before either has written its claim (kubelet admits one at a time).
+        handed_on: Claim | None = None  # the live-looking holder of tokens kubelet handed on
         async with self._choosing:
-            claims = await self._claims()
+            known = await self._claims()
+            claims = [c for card in sorted(known[0]) for c in known[0][card].claims.values()]
             group = retry.existing(claims, offer.resource, ids)
-            if not (group and await self._is_retry(group)):
-                group = []
+            if group:
+                holder = await reuse.judge(self.ctx, group)
+                if holder is not reuse.Holder.RETRY:
+                    handed_on = group[0] if holder is reuse.Holder.HANDED_ON else None
+                    group = []
+            if not group:
                 target = self._serve(offer, await self._find(offer, len(ids), claims))
         if group:
             first = group[0]
             _tag(trace.get_current_span(), first.pod_uid, first.namespace, first.name,
                  first.container)
             try:
-                return await self._resume(offer, group), "retry"
+                return await self._resume(offer, group, ids), "retry"
             except Refusal as exc:
                 exc.about(group[0].pod_uid, group[0].namespace, group[0].name)
                 raise
         try:
-            return await self._serve_target(offer, target, ids), "ok"
+            return await self._serve_target(offer, target, ids, known), "ok"
         except Refusal as exc:
-            exc.about(target.uid, target.namespace, target.name)
-            raise
+            if handed_on is not None and exc.result is Result.FULL:
+                exc = Refusal(Result.FULL, reuse.handed_on(handed_on, target, ids) + exc.message)
+            raise exc.about(target.uid, target.namespace, target.name) from exc.__cause__
         finally:
             self._serving.discard((target.uid, target.container, offer.resource))
 
     async def _serve_target(
-        self, offer: Offer, target: Target, ids: list[str]
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead
     ) -> pb.ContainerAllocateResponse:
         """Plan, claim, create and activate for `target`; plan again when the driver finds the
-        planned placement taken."""
+        planned placement taken. The first plan uses the claims read to find the Pod."""
         for attempt in range(1, PLAN_ATTEMPTS + 1):
-            written = await self.reserve(offer, target, ids)
+            written = await self.reserve(offer, target, ids, known if attempt == 1 else None)
             await faults.reach("allocator.after_claim")
             try:
                 active = await self._realise(offer, written, resume=False)
@@ -163,13 +176,23 @@ class Allocator:
             return await self._respond(offer, active)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _claims(self) -> list[Claim]:
+    async def _claims(self) -> ClaimsRead:
         try:
-            docs, _ = await patience.waiting(self.ctx, "reading the claims",
-                                             lambda: read_claims(self.ctx))
+            return await patience.waiting(self.ctx, "reading the claims",
+                                          lambda: read_claims(self.ctx))
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
-        return [c for card in sorted(docs) for c in docs[card].claims.values()]
+
+    async def carried(self, resource: str) -> frozenset[str]:
+        """The tokens of `resource` some claim carries, read now; none when the store does not
+        answer (GetPreferredAllocation is advice, and the Allocate itself checks again)."""
+        try:
+            docs, _ = await read_claims(self.ctx)
+        except SnapshotError as exc:
+            log.info("claims unreadable for GetPreferredAllocation (%s); no preference", exc)
+            return frozenset()
+        return frozenset(t for doc in docs.values() for c in doc.claims.values()
+                         if c.resource == resource for t in c.device_ids)
 
     async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
@@ -190,29 +213,18 @@ class Allocator:
              target.container)
         return target
 
-    async def _snapshot(self) -> Snapshot:
+    async def _snapshot(self, known: ClaimsRead | None = None) -> Snapshot:
         try:
-            return await patience.waiting(self.ctx, "reading the claims", lambda: read(self.ctx))
+            return await patience.waiting(self.ctx, "reading the claims",
+                                          lambda: read(self.ctx, known))
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
-    async def _is_retry(self, group: list[Claim]) -> bool:
-        """Same device IDs as a live claim: a retry, unless its Pod stopped and kubelet re-used
-        the tokens (then the Pod is confirmed finished or gone)."""
-        first = group[0]
-        if self.ctx.pods.dead(first.pod_uid):
-            return False
-        try:
-            answer = await podmatch.pod_state(self.ctx, first.pod_uid, fresh=True)
-        except podmatch.LookupFailed as exc:
-            raise Refusal(Result.UNAVAILABLE, f"device IDs {','.join(first.device_ids)} are held "
-                          f"by claim {first.id} of Pod {first.namespace}/{first.name}; {exc}, so "
-                          "a retry cannot be told from a re-use; nothing was claimed").about(
-                first.pod_uid, first.namespace, first.name) from exc
-        return answer.state not in ("finished", "gone")
-
-    async def reserve(self, offer: Offer, target: Target, ids: list[str]) -> list[Claim]:
-        """Write `creating` claims for `ids`, making room or waiting for it up to the deadline."""
+    async def reserve(
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead | None = None
+    ) -> list[Claim]:
+        """Write `creating` claims for `ids`, making room or waiting for it up to the deadline.
+        `known`: a claims read to plan the first attempt on (saves a round trip)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self.ctx.options.room_wait_seconds
@@ -220,7 +232,8 @@ class Allocator:
         while True:
             change = self.ctx.changes.next_change()
             async with self.ctx.placing:
-                snap = await self._snapshot()
+                snap = await self._snapshot(known)
+                known = None  # every later attempt reads afresh
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids))
                 if spots is not None:
@@ -239,7 +252,7 @@ class Allocator:
             if remaining <= 0:
                 waited = loop.time() - started
                 raise Refusal(Result.FULL, blockers.describe(offer, snap, len(ids), self.ctx.node,
-                                                            waited))
+                                                            waited, target))
             if spots is None:
                 pause = min(remaining, self.ctx.options.lookup.delay(attempt) * 4)
                 await woken_or_timeout(change, pause)
@@ -269,7 +282,8 @@ class Allocator:
             else:
                 return written
         except Exception as exc:
-            await self._abandon(written, f"writing the claims failed: {exc}")
+            # The claim being written may have landed (writes.WriteUnknown): abandon it too.
+            await self._abandon(claims[: len(written) + 1], f"writing the claims failed: {exc}")
             raise Refusal(Result.UNAVAILABLE, f"claiming room for {target} failed: {exc}; "
                           "nothing was claimed") from exc
         await self._abandon(written, "placement lost to another writer; planning again")
@@ -298,7 +312,9 @@ class Allocator:
         if not task.cancelled() and task.exception() is not None:
             log.debug("realisation of %s ended with %s", claims[0].id, task.exception())
 
-    async def _resume(self, offer: Offer, group: list[Claim]) -> pb.ContainerAllocateResponse:
+    async def _resume(
+        self, offer: Offer, group: list[Claim], ids: list[str]
+    ) -> pb.ContainerAllocateResponse:
         running = {self._work[c.id] for c in group if c.id in self._work}
         if running:
             await asyncio.gather(*(asyncio.shield(t) for t in running), return_exceptions=True)
@@ -307,6 +323,13 @@ class Allocator:
             if not group:
                 raise Refusal(Result.UNAVAILABLE, "the first attempt of this Allocate failed and "
                               "undid its claims; kubelet may retry")
+        extra = retry.missing(group, ids)
+        if extra:  # a crash came between the claim writes of this container
+            first = group[0]
+            owner = Target(first.pod_uid, first.namespace, first.name, first.container)
+            decision(log, f"retried Allocate writes the claims for {','.join(extra)} a crash "
+                     "left unwritten", pod_uid=first.pod_uid, card=first.card, claim_id=first.id)
+            group = [*group, *await self.reserve(offer, owner, extra)]
         creating = [c for c in group if c.state == "creating"]
         done = [c for c in group if c.state == "active"]
         if creating:

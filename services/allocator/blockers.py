@@ -1,7 +1,8 @@
 """Why an Allocate does not fit, and what would make it fit: pure functions of a snapshot.
 
-- `reclaim_plan`: the claims held by Pods confirmed finished or gone (or already `releasing`)
-  whose destruction would make room, or None when even destroying all of them would not;
+- `reclaim_plan`: the claims reclaimable now (`partkeeper.podstate.reclaimable_now`, shared with
+  the reclaimer's `reclaim.now`) whose destruction would make room, or None when even destroying
+  all of them would not;
 - `suspects`: the Pods of the other holders, to be asked about afresh;
 - `describe`: the refusal sentence, naming what is full and what holds it.
 """
@@ -12,14 +13,20 @@ from collections.abc import Sequence
 
 from partkeeper.claims import inventory
 from partkeeper.drivers.profiles import overlaps
+from partkeeper.podstate import reclaimable_now
 from schemas import Claim
 from services.allocator.catalog import Offer
 from services.allocator.placement import Spot, place
 from services.allocator.snapshot import Snapshot
 
 
-def _dead(claim: Claim, snap: Snapshot) -> bool:
-    return claim.state == "releasing" or snap.is_dead(claim.pod_uid)
+def _reclaimable(claim: Claim, snap: Snapshot) -> bool:
+    """The one definition `reclaim.now` applies too (partkeeper.podstate)."""
+    return reclaimable_now(claim, pod_dead=snap.is_dead(claim.pod_uid), now=snap.read_at)
+
+
+def _looks_live(claim: Claim, snap: Snapshot) -> bool:
+    return claim.state != "releasing" and not snap.is_dead(claim.pod_uid)
 
 
 def _relevant(offer: Offer, snap: Snapshot) -> list[Claim]:
@@ -28,7 +35,7 @@ def _relevant(offer: Offer, snap: Snapshot) -> list[Claim]:
 
 def reclaim_plan(offer: Offer, snap: Snapshot, count: int) -> list[Claim] | None:
     """The dead holders to destroy so that `count` instances of the offer fit; None if no plan."""
-    dead = {c.id: c for c in _relevant(offer, snap) if _dead(c, snap)}
+    dead = {c.id: c for c in _relevant(offer, snap) if _reclaimable(c, snap)}
     theirs: dict[tuple[int, int], str] = {}  # (card, GI id) of an instance -> its dead claim
     for card, doc in snap.docs.items():
         inv = inventory.classify(doc, list(snap.instances.get(card, ())))
@@ -57,11 +64,13 @@ def _covers(spots: Sequence[Spot], card: int, rng: tuple[int, int]) -> bool:
 
 def suspects(offer: Offer, snap: Snapshot) -> list[str]:
     """Pods holding room the offer could use that look live: worth a fresh question."""
-    return sorted({c.pod_uid for c in _relevant(offer, snap) if not _dead(c, snap)})
+    return sorted({c.pod_uid for c in _relevant(offer, snap) if _looks_live(c, snap)})
 
 
-def describe(offer: Offer, snap: Snapshot, count: int, node: str, waited: float) -> str:
-    """One sentence: what is full and what holds it."""
+def describe(
+    offer: Offer, snap: Snapshot, count: int, node: str, waited: float, target: object = None
+) -> str:
+    """One sentence: what is full, for whom, and what holds it."""
     holders: list[str] = []
     for card in offer.cards:
         info = snap.cards.get(card)
@@ -75,10 +84,27 @@ def describe(offer: Offer, snap: Snapshot, count: int, node: str, waited: float)
                       for i in inv.foreign]
         holders.append(f"card {card}{model} holds " + ("; ".join(parts) or "nothing we can see"))
     what = "slice" if offer.kind == "slice" else f"{offer.profile} partition"
+    whom = f" for {target}" if target is not None else ""
     return (
-        f"no room for {count} {what}(s) of {offer.resource} on node {node} after waiting "
-        f"{waited:.0f}s: " + ". ".join(holders) + ". Nothing was claimed."
+        f"no room for {count} {what}(s) of {offer.resource}{whom} on node {node} after waiting "
+        f"{waited:.0f}s: " + ". ".join(holders) + "." + _mix(offer, snap) + " Nothing was claimed."
     )
+
+
+def _mix(offer: Offer, snap: Snapshot) -> str:
+    """Profiles share a card's memory slices, and kubelet counts each profile's tokens apart: it
+    admits Pods whose mix of profiles cannot fit on the card together (7 x 1g and 1 x 7g are all
+    Healthy on an empty card). Say so when live partitions of other profiles are what is in the
+    way; only partitionable-device DRA removes the over-admission."""
+    if offer.kind != "partition":
+        return ""
+    others = sorted({c.profile for c in _relevant(offer, snap)
+                     if c.profile != offer.profile and _looks_live(c, snap)})
+    if not others:
+        return ""
+    return (f" The profile mix cannot fit on the card: {offer.profile} needs memory slices that "
+            f"live {', '.join(others)} partitions hold, though kubelet saw Healthy tokens of "
+            "each; this Pod can run once they end.")
 
 
 def _claim_text(claim: Claim, snap: Snapshot) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -58,12 +58,13 @@ async def serve(
 ) -> None:
     """Run the allocator until cancelled. `ready` is set once the plugin sockets serve (with
     correct health) and registration with kubelet has started."""
+    options = room_waited(config, options or Options())
     if config.mode == "dra":
         from services.allocator.dra import main as dra_main  # it imports this module
 
         await dra_main.serve(config, nc, ready=ready, options=options)
         return
-    parts = await _build(config, nc, options or Options())
+    parts = await _build(config, nc, options)
     async with Lifecycle("allocator") as life:
         life.on_stop("the pod-resources client", parts.ctx.podres.close)
         await _start(parts, life)
@@ -72,6 +73,13 @@ async def serve(
             ready.set()
         with HEALTH.condition("kubelet registration", lambda: parts.registrar.registered):
             await life.run()
+
+
+def room_waited(config: Config, options: Options) -> Options:
+    """`PK_ROOM_WAIT_SECONDS`, when set, over the options' room wait."""
+    if config.room_wait_seconds is None:
+        return options
+    return replace(options, room_wait_seconds=config.room_wait_seconds)
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:

@@ -24,6 +24,9 @@ class LookupPolicy:
 @dataclass(frozen=True, slots=True)
 class Options:
     room_wait_seconds: float = 30.0  # how long an Allocate waits for room before refusing
+    # How long an Allocate waits for several candidate Pods to narrow to one (a rejected Pod's
+    # Failed status reaching the API server) before refusing rather than guessing.
+    choose_wait_seconds: float = 10.0
     kubelet_poll_seconds: float = 1.0  # stat poll of kubelet.sock (no inotify in the stdlib)
     hardware_poll_seconds: float = 1.0  # enumeration of the cards for foreign changes
     reclaim_timeout: float = 10.0  # how long reclaim.now may take to answer

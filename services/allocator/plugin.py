@@ -85,16 +85,22 @@ class DevicePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.PreferredAllocationResponse:
+        held = await self.allocator.carried(self.offer.resource)
         return pb.PreferredAllocationResponse(container_responses=[
-            pb.ContainerPreferredAllocationResponse(deviceIDs=self._prefer(r))
+            pb.ContainerPreferredAllocationResponse(deviceIDs=self._prefer(r, held))
             for r in request.container_requests
         ])
 
-    def _prefer(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
-        """The must-include IDs, then the lowest available ones: tokens are interchangeable."""
+    def _prefer(
+        self, request: pb.ContainerPreferredAllocationRequest, held: frozenset[str]
+    ) -> list[str]:
+        """The must-include IDs, then the lowest available ones that no claim carries, then the
+        rest: a carried token kubelet offers was freed under a stopped Pod, and handing it on
+        makes the next Allocate ask whether that Pod is really done (docs/allocator.md)."""
         rank = {t: i for i, t in enumerate(self.offer.tokens)}
         chosen = list(dict.fromkeys(request.must_include_deviceIDs))
-        for token in sorted(request.available_deviceIDs, key=lambda t: rank.get(t, len(rank))):
+        for token in sorted(request.available_deviceIDs,
+                            key=lambda t: (t in held, rank.get(t, len(rank)))):
             if len(chosen) >= request.allocation_size:
                 break
             if token not in chosen:

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import WatcherClient
+from partkeeper.podstate import being_admitted
 from schemas import PodRecord, PodsGetReply
 from schemas.pods import InvalidPodUID, validate_pod_uid
 from services.allocator import patience
@@ -65,26 +66,25 @@ def candidates(
 
 
 def narrow(found: Sequence[Target], kubelet: KubeletView, resource: str) -> list[Target]:
-    """Those kubelet lists without devices of `resource`: the container it is admitting."""
-    return [
-        t
-        for t in found
-        if t.container in kubelet.get((t.namespace, t.name), {})
-        and resource not in kubelet[(t.namespace, t.name)][t.container]
-    ]
+    """Those of Pods kubelet lists (it lists only active Pods) whose container it lists without
+    devices of `resource`, or does not list at all: pod-resources never lists (non-sidecar)
+    init containers, which kubelet allocates first."""
+    kept = []
+    for t in found:
+        pod = kubelet.get((t.namespace, t.name))
+        if pod is not None and resource not in pod.get(t.container, frozenset()):
+            kept.append(t)
+    return kept
 
 
-def choose(
-    pods: Sequence[PodRecord],
-    resource: str,
-    quantity: int,
-    claimed: Set[tuple[str, str]],
-    kubelet: KubeletView | None,
-) -> Target | None:
-    found = candidates(pods, resource, quantity, claimed)
-    if kubelet is not None:
-        found = narrow(found, kubelet, resource)
-    return found[0] if found else None
+def first_per_pod(found: Sequence[Target]) -> list[Target]:
+    """Within one Pod kubelet allocates in a fixed order (init containers, then the others, in
+    spec order, as the watcher lists them), so only the first unclaimed container of each Pod
+    is a candidate; several Pods left is an ambiguity."""
+    first: dict[str, Target] = {}
+    for target in found:
+        first.setdefault(target.uid, target)
+    return list(first.values())
 
 
 async def retrying(
@@ -100,35 +100,89 @@ async def retrying(
     raise LookupFailed(f"{what}, after {policy.attempts} attempts")
 
 
+def survivors(
+    pods: Sequence[PodRecord],
+    resource: str,
+    quantity: int,
+    claimed: Set[tuple[str, str]],
+    kubelet: KubeletView | None,
+) -> list[Target]:
+    """The candidates left after narrowing, in admission order; one is the answer, several are
+    confirmed with the watcher and waited on, none is retried."""
+    found = candidates(pods, resource, quantity, claimed)
+    return first_per_pod(found if kubelet is None else narrow(found, kubelet, resource))
+
+
 async def find(
     ctx: Context, resource: str, quantity: int, claimed: Set[tuple[str, str]]
 ) -> Target:
-    """The container this Allocate serves. Raises LookupFailed naming what was seen."""
-    seen: list[str] = []
+    """The container this Allocate serves. Raises LookupFailed naming what was seen.
+
+    Retries boundedly (the lookup policy) while no candidate is seen; while several remain after
+    narrowing and fresh confirmation, waits up to `choose_wait_seconds` for them to narrow to
+    one, then refuses rather than guesses.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ctx.options.choose_wait_seconds
+    policy = ctx.options.lookup
     until = patience.deadline(ctx)
-
-    async def once(attempt: int) -> Target | None:
-        try:
-            reply = await patience.answered(until, "pods.pending", lambda: _watcher(ctx).pending(
-                resource, quantity, fresh=attempt > 1))
-        except Unanswered as exc:
-            seen[:] = [f"the watcher's pods.pending failed: {exc}"]
-            return None
-        kubelet = await ctx.podres.view()
-        target = choose(reply.pods, resource, quantity, claimed, kubelet)
-        if target is None:
-            listed = ", ".join(f"{p.namespace}/{p.name}" for p in reply.pods) or "none"
-            narrowed = "" if kubelet is None else " kubelet is admitting none of them;"
-            seen[:] = [f"pending Pods listed: {listed};{narrowed} claimed ones excluded"]
-        return target
-
-    try:
-        return await retrying(ctx.options.lookup, "", once)
-    except LookupFailed as exc:
+    attempt = 0
+    while True:
+        attempt += 1
+        found, seen = await _look(ctx, resource, quantity, claimed, fresh=attempt > 1,
+                                  until=until)
+        if len(found) == 1:
+            return found[0]
+        waiting = len(found) > 1 and loop.time() < deadline
+        if attempt >= policy.attempts and not waiting:
+            break
+        await asyncio.sleep(policy.delay(attempt))
+    if len(found) > 1:
+        names = " and ".join(f"{t.namespace}/{t.name}" for t in found)
         raise LookupFailed(
-            f"no pending Pod on node {ctx.node} waits for {quantity} x {resource} "
-            f"({'; '.join(seen)}){exc}"
-        ) from None
+            f"an Allocate of {quantity} x {resource} on node {ctx.node} could serve Pod {names}, "
+            "all pending and confirmed live, and kubelet's pod-resources API did not say which "
+            "one it is admitting; refused rather than guessed, since a wrong guess hands one "
+            "Pod's partition to another; kubelet may retry"
+        )
+    raise LookupFailed(
+        f"no pending Pod on node {ctx.node} waits for {quantity} x {resource} "
+        f"({seen}), after {attempt} attempts"
+    )
+
+
+async def _look(
+    ctx: Context, resource: str, quantity: int, claimed: Set[tuple[str, str]], *, fresh: bool,
+    until: float,
+) -> tuple[list[Target], str]:
+    """One look: the candidates that survive narrowing and confirmation, and what was seen."""
+    try:
+        reply = await patience.answered(until, "pods.pending", lambda: _watcher(ctx).pending(
+            resource, quantity, fresh=fresh))
+    except Unanswered as exc:
+        return [], f"the watcher's pods.pending failed: {exc}"
+    kubelet = await ctx.podres.view()
+    found = survivors(reply.pods, resource, quantity, claimed, kubelet)
+    if len(found) > 1:
+        found = await confirm(ctx, found)
+    listed = ", ".join(f"{p.namespace}/{p.name}" for p in reply.pods) or "none"
+    narrowed = "" if kubelet is None else " kubelet is admitting none of them;"
+    return found, f"pending Pods listed: {listed};{narrowed} claimed ones excluded"
+
+
+async def confirm(ctx: Context, found: Sequence[Target]) -> list[Target]:
+    """Those the watcher, asked afresh, still knows as being admitted (no answer: kept)."""
+
+    async def still(target: Target) -> bool:
+        try:
+            answer = await pod_state(ctx, target.uid, fresh=True)
+        except LookupFailed as exc:
+            log.info("%s; %s stays a candidate", exc, target)
+            return True
+        return being_admitted(answer.pod)
+
+    keep = await asyncio.gather(*(still(t) for t in found))
+    return [t for t, kept in zip(found, keep, strict=True) if kept]
 
 
 async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetReply:

@@ -16,13 +16,12 @@ from collections.abc import Callable
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from partkeeper.bus import backoff
+from partkeeper.podstate import is_dead
 from schemas import PodRecord, SchemaError, decode
 from schemas.names import decode_token, encode_token
 from schemas.pods import PodState
 
 log = logging.getLogger(__name__)
-
-DEAD = frozenset({"finished", "gone"})
 
 
 class PodView:
@@ -39,7 +38,7 @@ class PodView:
         return record.state if record is not None else None
 
     def dead(self, uid: str) -> bool:
-        return self.state(uid) in DEAD
+        return is_dead(self.state(uid))
 
     def record(self, uid: str) -> PodRecord | None:
         return self.records.get(uid)

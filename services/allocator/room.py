@@ -16,6 +16,7 @@ import logging
 
 from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import ReclaimerClient
+from partkeeper.podstate import is_dead
 from partkeeper.telemetry.logs import decision
 from services.allocator import blockers, podmatch
 from services.allocator.catalog import Offer
@@ -48,7 +49,7 @@ async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
         except podmatch.LookupFailed as exc:
             log.info("%s; its partitions stay", exc)
             return None
-        return uid if reply.state in ("finished", "gone") else None
+        return uid if is_dead(reply.state) else None
 
     answers = await asyncio.gather(*(ask(uid) for uid in uids))
     return {uid for uid in answers if uid is not None}

@@ -8,6 +8,7 @@ snapshot (`SnapshotError`): nothing is ever concluded from a partial enumeration
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -28,6 +29,7 @@ class Snapshot:
     revisions: Mapping[int, int]
     instances: Mapping[int, tuple[Instance, ...]]
     dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
+    read_at: float = 0.0  # wall-clock time of the read (claims' ages are judged against it)
 
     @property
     def claims(self) -> list[Claim]:
@@ -69,9 +71,15 @@ async def read_claims(ctx: Context) -> tuple[dict[int, CardClaims], dict[int, in
     return docs, revisions
 
 
-async def read(ctx: Context) -> Snapshot:
-    docs, revisions = await read_claims(ctx)
+ClaimsRead = tuple[dict[int, CardClaims], dict[int, int]]
+
+
+async def read(ctx: Context, claims: ClaimsRead | None = None) -> Snapshot:
+    """A fresh snapshot; `claims`, when given, is a read of the claims just made, taken instead
+    of reading them again (a plan on it is checked by the compare-and-set of the claim write)."""
+    docs, revisions = claims if claims is not None else await read_claims(ctx)
     instances = await read_instances(ctx)
     uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
-    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead)
+    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead,
+                    time.time())

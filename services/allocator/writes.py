@@ -39,6 +39,10 @@ class Vanished(Exception):
     """The claim is no longer in the store."""
 
 
+class WriteUnknown(Exception):
+    """A claim write failed and a re-read could not say whether the store applied it."""
+
+
 def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) -> Claim:
     return Claim(
         id=secrets.token_hex(8),
@@ -70,10 +74,26 @@ async def begin(ctx: Context, claim: Claim) -> bool:
         decision(log, f"placement lost to another writer: {exc}", pod_uid=claim.pod_uid,
                  card=claim.card, claim_id=claim.id)
         return False
+    except Exception as exc:
+        if not await _landed(ctx, claim, exc):
+            raise
+        decision(log, f"the reply to the claim write was lost ({exc!r}); the store holds it",
+                 pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
     decision(log, f"claimed {claim.profile} at {claim.start}+{claim.size} for {claim.container}",
              pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="creating")
     await events.claim_changed(ctx.js, ctx.node, claim, "creating")
     return True
+
+
+async def _landed(ctx: Context, claim: Claim, failure: Exception) -> bool:
+    """After a write whose outcome is unknown (its reply timed out, the connection dropped):
+    did the store apply it? Raises WriteUnknown when the re-read fails too."""
+    try:
+        doc, _ = await ctx.store.read(claim.card)
+    except Exception as exc:
+        raise WriteUnknown(f"writing claim {claim.id} on card {claim.card} failed ({failure!r}) "
+                           f"and reading the card back failed too ({exc!r})") from failure
+    return claim.id in doc.claims
 
 
 def _activation(doc: CardClaims, claim_id: str, live: LiveInstance | None) -> CardClaims:
@@ -110,8 +130,9 @@ async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Cla
     return active
 
 
-def _abandonment(doc: CardClaims, claim_id: str) -> CardClaims:
-    if claim_id not in doc.claims:
+def _abandonment(doc: CardClaims, claim_id: str, found: list[bool]) -> CardClaims:
+    found[:] = [claim_id in doc.claims]
+    if not found[0]:
         return doc
     return machine.remove(doc, claim_id, abandon=True)
 
@@ -122,12 +143,16 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
     If the store cannot be written, the claim stays: it still only reserves room, its tokens go
     Unhealthy once kubelet fails the Pod, and the reclaimer removes it then.
     """
+    found: list[bool] = []
     try:
-        await ctx.store.update(claim.card, functools.partial(_abandonment, claim_id=claim.id))
+        await ctx.store.update(claim.card, functools.partial(_abandonment, claim_id=claim.id,
+                                                             found=found))
     except Exception as exc:
         decision(log, f"could not abandon the claim ({exc}); it is left to the reclaimer",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
         return
+    if not found or not found[0]:
+        return  # never written (or already gone): nothing to say
     decision(log, f"abandoned claim: {reason}", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="removed")
     await events.claim_changed(ctx.js, ctx.node, claim, "removed", reason=reason)

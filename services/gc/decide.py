@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from partkeeper.podstate import is_dead
 from partkeeper.workdir import PodListing
 from schemas import ClaimsReply, PodsGetReply
 
@@ -27,7 +28,6 @@ Code = Literal[
 UNANSWERED: frozenset[Code] = frozenset({"pods-unanswered", "claims-unanswered"})
 
 # Pod states after which nothing runs in the Pod's containers any more.
-_CONFIRMED_DONE = frozenset({"gone", "finished"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class Plan:
 
 def confirmed_done(pod: PodsGetReply | None) -> bool:
     """The watcher said gone or finished: only then is the claims question worth asking."""
-    return pod is not None and pod.state in _CONFIRMED_DONE
+    return pod is not None and is_dead(pod.state)
 
 
 def _unrecognised(listing: PodListing) -> tuple[str, ...]:
@@ -94,7 +94,7 @@ def decide(listing: PodListing, pod: PodsGetReply | None, claims: ClaimsReply | 
     if pod is None or pod.uid != uid:
         return Plan("defer", "pods-unanswered", "pods.get did not answer for this Pod",
                     report=work.report)
-    if pod.state not in _CONFIRMED_DONE:
+    if not is_dead(pod.state):
         code: Code = "live" if pod.state == "live" else "unknown"
         return Plan("refuse", code, f"Pod is {pod.state} ({pod.evidence or 'no evidence'})",
                     report=work.report)

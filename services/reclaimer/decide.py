@@ -14,10 +14,10 @@ from typing import Literal
 
 from partkeeper.claims import inventory
 from partkeeper.drivers.base import Instance
+from partkeeper.podstate import is_dead
 from schemas import CardClaims, Claim
 
 PodVerdict = Literal["live", "finished", "gone", "unknown", "no-answer"]
-DEAD: frozenset[PodVerdict] = frozenset({"finished", "gone"})
 KNOWN_STATES = frozenset({"creating", "active", "releasing"})
 
 
@@ -63,7 +63,7 @@ def decide(
         return Decision(Step.REFUSE, f"claim is in unknown state {claim.state!r}")
     if claim.state == "releasing":
         return _releasing(claim, seen, now, create_timeout)
-    if pod in DEAD:
+    if is_dead(pod):
         return Decision(Step.RELEASE, f"Pod is {pod}")
     recorded = claim.kind == "partition" and claim.state == "active" and claim.instance is not None
     if recorded and seen.listed and seen.present is None:

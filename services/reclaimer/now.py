@@ -1,7 +1,9 @@
 """`pk.<node>.reclaim.now`: the allocator asks for named claims' partitions to be destroyed at once.
 
-Only claims that are `active` or `releasing` and whose Pod the watcher confirms, freshly, to be
-gone or finished; everything else is refused with a sentence saying why, and nothing is touched.
+Only claims that are reclaimable now (`partkeeper.podstate.reclaimable_now`, the definition the
+allocator's room plan uses too): `releasing` ones, and `active` or stale `creating` ones whose Pod
+the watcher confirms, freshly, to be gone or finished; everything else is refused with a sentence
+saying why, and nothing is touched.
 The destroy runs through the same jobs as the Pod-event path, so a later event for the Pod finds
 the claim gone and has nothing left to do.
 """
@@ -9,12 +11,15 @@ the claim gone and has nothing left to do.
 from __future__ import annotations
 
 import logging
+import time
 
 from partkeeper.claims import StoreReadError
 from partkeeper.drivers.base import DriverError
+from partkeeper.podstate import reclaimable_now
 from partkeeper.telemetry.logs import decision
 from schemas import Claim, ReclaimNow, ReclaimNowReply, ReclaimOutcome
 from services.reclaimer.context import Context
+from services.reclaimer.decide import KNOWN_STATES
 from services.reclaimer.jobs import Job, Jobs
 from services.reclaimer.pods import Evidence, ask
 
@@ -54,16 +59,21 @@ class ReclaimNowHandler:
     async def _refusal(self, claim: Claim | None, cid: str, pods: dict[str, Evidence]) -> str:
         if claim is None:
             return f"claim {cid} is not on this node"
-        if claim.state not in ("active", "releasing"):
-            return f"claim {cid} is {claim.state}; only active or releasing claims are reclaimed"
+        if claim.state not in KNOWN_STATES:
+            return f"claim {cid} is in unknown state {claim.state!r}; it is left alone"
         if claim.pod_uid not in pods:
             pods[claim.pod_uid] = await ask(self.ctx.nc, self.ctx.node, claim.pod_uid,
                                             fresh=True, timeout=self.ctx.tuning.watcher_timeout)
         evidence = pods[claim.pod_uid]
+        timeout = self.ctx.tuning.create_timeout
+        if reclaimable_now(claim, pod_dead=evidence.dead, now=time.time(),
+                           create_timeout=timeout):
+            return ""
         if not evidence.dead:
             return (f"Pod {claim.pod_uid} of claim {cid} is not confirmed gone or finished "
                     f"({evidence.reason}); its partition stays")
-        return ""
+        return (f"claim {cid} of Pod {claim.pod_uid} is creating and younger than {timeout:.0f}s: "
+                "the Allocate that wrote it may still be creating, and undoes it itself")
 
     def _outcome(
         self, cid: str, refusal: str | None, job: Job | None, claim: Claim | None

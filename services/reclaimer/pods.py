@@ -12,7 +12,8 @@ from nats.aio.client import Client
 
 from partkeeper.bus import NoAnswer, RemoteError, Unanswered
 from partkeeper.bus.clients import WatcherClient
-from services.reclaimer.decide import DEAD, PodVerdict
+from partkeeper.podstate import is_dead
+from services.reclaimer.decide import PodVerdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class Evidence:
 
     @property
     def dead(self) -> bool:
-        return self.pod in DEAD
+        return is_dead(self.pod)
 
 
 async def ask(nc: Client, node: str, uid: str, *, fresh: bool, timeout: float) -> Evidence:
@@ -38,7 +39,7 @@ async def ask(nc: Client, node: str, uid: str, *, fresh: bool, timeout: float) -
         return Evidence("no-answer", f"the watcher answered with an error: {exc}")
     except Unanswered as exc:
         return Evidence("no-answer", f"the watcher's answer could not be used: {exc}")
-    observed = reply.pod.updated_at if reply.pod is not None and reply.state in DEAD else None
+    observed = reply.pod.updated_at if reply.pod is not None and is_dead(reply.state) else None
     why = f"pods.get{' (fresh)' if fresh else ''}: {reply.state}"
     if reply.evidence:
         why += f" ({reply.evidence})"

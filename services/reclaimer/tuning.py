@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partkeeper.bus import backoff
+from partkeeper.podstate import CREATE_TIMEOUT
 from schemas.names import ConsumerSpec
 
 
@@ -19,7 +20,7 @@ class Tuning:
     fast_cap: float = 5.0
     slow_base: float = 10.0
     slow_cap: float = 60.0
-    create_timeout: float = 60.0  # protocol.md: how long a never-activated claim is waited for
+    create_timeout: float = CREATE_TIMEOUT  # how long a never-activated claim is waited for
     event_patience: float = 10.0  # how long one delivery waits for progressing destroys
     event_redelivery_cap: float = 30.0
     now_wait: float = 8.0  # reclaim.now answers within this; the allocator asks with a 10 s timeout

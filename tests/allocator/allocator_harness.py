@@ -32,6 +32,8 @@ from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.main import serve
 from services.allocator.options import LookupPolicy, Options
 from services.allocator.registration import endpoint_name
+from services.reclaimer.main import serve as serve_reclaimer
+from services.reclaimer.tuning import Tuning
 from tests_support.gate import Gate
 
 pb = deviceplugin_pb2
@@ -41,11 +43,15 @@ SLICED = "nvidia.com/gpu.sliced"
 
 FAST = Options(
     room_wait_seconds=5.0,
+    choose_wait_seconds=2.0,
     kubelet_poll_seconds=0.05,
     hardware_poll_seconds=0.05,
     reclaim_timeout=5.0,
     lookup=LookupPolicy(attempts=6, base=0.02, cap=0.2, timeout=2.0),
 )
+
+RECLAIMER = Tuning(fast_base=0.02, fast_cap=0.1, slow_base=0.1, slow_cap=0.3, now_wait=4.0,
+                   watcher_timeout=1.0)
 
 
 def new_uid() -> str:
@@ -62,7 +68,10 @@ def _show_stuck_work() -> None:
     """Print where the allocator's and the kubelet's work is waiting (for a failed wait)."""
     for task in asyncio.all_tasks():
         if task.get_name().startswith(("allocat", "realise", "driver", "sim-kubelet", "rpc")):
-            task.print_stack(limit=8)
+            try:
+                task.print_stack(limit=8)
+            except TypeError:  # a frame of compiled grpc code has no line number
+                print(f"task {task.get_name()}: {task.get_coro()}")
 
 
 @dataclass
@@ -76,16 +85,19 @@ class Node:
     watcher: TableWatcher
     reclaimer: TableReclaimer
     task: asyncio.Task[None]
+    real_reclaimer: asyncio.Task[None] | None = None
 
     # -- Pods ------------------------------------------------------------------------------
 
     async def add_pod(self, name: str, containers: Mapping[str, Mapping[str, int]],
-                      *, uid: str | None = None) -> str:
+                      *, uid: str | None = None,
+                      init: Mapping[str, Mapping[str, int]] | None = None) -> str:
         """The watcher learns of the Pod, then kubelet gets it and admits it (Allocate)."""
         uid = uid or new_uid()
+        every = {**(init or {}), **containers}  # init containers first, as the watcher lists
         await self.watcher.add(self.watcher.record(uid, name, {c: dict(r) for c, r in
-                                                               containers.items()}))
-        self.source.add(pod_manifest(name, uid, containers, node=self.config.node))
+                                                               every.items()}))
+        self.source.add(pod_manifest(name, uid, containers, node=self.config.node, init=init))
         return uid
 
     async def phase(self, uid: str, phase: str) -> None:
@@ -144,11 +156,13 @@ async def node_stack(
     slices_per_card: int = 4,
     pod_resources: bool = True,
     gate: Gate | None = None,
+    real_reclaimer: bool = False,
 ) -> AsyncIterator[Node]:
     """A node; `pod_resources=False` points the allocator at a socket that does not exist, for
     tests that call Allocate themselves (kubelet would list the Pod it admits; these have none).
     With a `gate`, the simulated driver spends its latencies in it: an operation given a latency
-    parks until the test opens the gate."""
+    parks until the test opens the gate. `real_reclaimer=True` runs the reclaimer service itself
+    (its `reclaim.now` and reconcile pass) instead of the table stand-in."""
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     state = directory / "sim.json"
     init_state(state, list(cards), list(sliced))
@@ -164,14 +178,23 @@ async def node_stack(
                          pod_resources_socket=directory / "pr.sock")
     watcher = await TableWatcher(nc, await js.key_value(BUCKET_PODS), node).start()
     indexes = list(range(len(cards) + len(sliced)))
-    reclaimer = await TableReclaimer(nc, store, driver, node, indexes).start()
+    reclaimer = TableReclaimer(nc, store, driver, node, indexes)
+    real = None
+    if real_reclaimer:
+        up = asyncio.Event()
+        real = asyncio.create_task(serve_reclaimer(config, nc, ready=up, tuning=RECLAIMER),
+                                   name="reclaimer under test")
+        await until(lambda: up.is_set() or real.done(), "the reclaimer is ready")
+    else:
+        await reclaimer.start()
     await kubelet.start()
     ready = asyncio.Event()
     task = asyncio.create_task(
         serve(config, nc, ready=ready, options=_with_driver(options, driver)),
         name="allocator under test",
     )
-    stack = Node(directory, config, driver, store, source, kubelet, watcher, reclaimer, task)
+    stack = Node(directory, config, driver, store, source, kubelet, watcher, reclaimer, task,
+                 real)
     try:
         await until(lambda: ready.is_set() or task.done(), "the allocator is ready")
         if task.done():
@@ -192,6 +215,9 @@ async def node_stack(
         await kubelet.stop()
         await watcher.stop()
         await reclaimer.stop()
+        if real is not None:
+            real.cancel()
+            await asyncio.gather(real, return_exceptions=True)
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -25,6 +25,7 @@ from partkeeper.bus import NoAnswer, request, serve
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.drivers.sim import SimDriver
+from partkeeper.podstate import is_dead
 from schemas import (
     Claim,
     ContainerRequest,
@@ -46,8 +47,6 @@ from schemas.names import (
     pods_pending_subject,
     reclaim_now_subject,
 )
-
-DEAD = ("finished", "gone")
 
 
 @dataclass
@@ -176,7 +175,7 @@ class TableReclaimer:
                                    PodsGet(uid=claim.pod_uid, fresh=True), PodsGetReply)
         except NoAnswer as exc:
             return ReclaimOutcome(claim_id=claim_id, done=False, reason=str(exc))
-        if answer.state not in DEAD:
+        if not is_dead(answer.state):
             return ReclaimOutcome(claim_id=claim_id, done=False, reason=f"Pod is {answer.state}")
         await self.reclaim(claim)
         return ReclaimOutcome(claim_id=claim_id, done=True, reason=f"Pod is {answer.state}")

@@ -96,7 +96,10 @@ def test_health_properties(held, placeable) -> None:
         pytest.param([claim("a", ["t0"], state="releasing")], ["t0"], [], id="releasing: no"),
         pytest.param([claim("a", ["t0"]), claim("b", ["t1"], uid=OTHER)], ["t0", "t1"], [],
                      id="spread over two Pods: re-used tokens, a new allocation"),
-        pytest.param([claim("a", ["t0"])], ["t0", "t1"], [], id="only some IDs: new"),
+        pytest.param([claim("a", ["t0"])], ["t0", "t1"], [], id="only some IDs, active: new"),
+        pytest.param([claim("a", ["t0"], state="creating")], ["t0", "t1"], ["a"],
+                     id="only some IDs, all creating: a group cut short, resumed"),
+        pytest.param([claim("a", ["t0"], state="creating")], ["t1"], [], id="other IDs: new"),
         pytest.param([claim("a", ["t0"], uid=OTHER, created=1), claim("b", ["t0"], created=2)],
                      ["t0"], ["b"], id="the newest holder of a re-used token"),
         pytest.param([claim("a", ["t0"], resource="other")], ["t0"], [], id="other resource"),
@@ -164,22 +167,23 @@ B = pod(OTHER, "b", ("main", 1))
 @pytest.mark.parametrize(
     ("claimed", "kubelet", "expected"),
     [
-        pytest.param(set(), None, ("a", "main"), id="oldest first, quantity must match"),
-        pytest.param({(UID, "main")}, None, ("b", "main"), id="claimed containers skipped"),
+        pytest.param(set(), None, [("a", "main"), ("b", "main")],
+                     id="several left: to be confirmed, never guessed; quantity must match"),
+        pytest.param({(UID, "main")}, None, [("b", "main")], id="claimed containers skipped"),
         pytest.param(set(), {("default", "b"): {"main": frozenset()},
-                             ("default", "a"): {"main": frozenset({R})}}, ("b", "main"),
+                             ("default", "a"): {"main": frozenset({R})}}, [("b", "main")],
                      id="narrowed to what kubelet is admitting"),
-        pytest.param(set(), {}, None, id="kubelet admits none of them"),
+        pytest.param(set(), {}, [], id="kubelet admits none of them"),
     ],
 )
-def test_choose_table(claimed, kubelet, expected) -> None:
-    target = podmatch.choose([A, B], R, 1, claimed, kubelet)
-    assert (None if target is None else (target.name, target.container)) == expected
+def test_survivors_table(claimed, kubelet, expected) -> None:
+    found = podmatch.survivors([A, B], R, 1, claimed, kubelet)
+    assert [(t.name, t.container) for t in found] == expected
 
 
-def test_choose_skips_malformed_uids() -> None:
+def test_survivors_skip_malformed_uids() -> None:
     bad = msgspec.structs.replace(B, uid="../../etc")
-    assert podmatch.choose([bad], R, 1, set(), None) is None
+    assert podmatch.survivors([bad], R, 1, set(), None) == []
 
 
 # -- the slice activation transition (a new transition of the claim machine) -----------------

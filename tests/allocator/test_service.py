@@ -111,12 +111,12 @@ async def test_claims_query(nc, js, node) -> None:
             == []
 
 
-async def allocate_on(directory: Path, side: str, token: str) -> str:
+async def allocate_on(directory: Path, side: str, tokens: list[str]) -> list[str]:
     request_ = pb.AllocateRequest(container_requests=[
-        pb.ContainerAllocateRequest(devices_ids=[token])])
+        pb.ContainerAllocateRequest(devices_ids=tokens)])
     async with open_unix_channel(directory / side / endpoint_name(R1)) as ch:
         reply = await deviceplugin_pb2_grpc.DevicePluginStub(ch).Allocate(request_, timeout=30)
-    return reply.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+    return reply.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"].split(",")
 
 
 def start_allocator(nc, directory: Path, side: str, node: str, driver: SimDriver,
@@ -137,18 +137,22 @@ async def test_two_allocators_racing_on_one_card_never_overlap(nc, js, node) -> 
     try:
         init_state(directory / "sim.json", ["H100-80GB"], [])
         driver = SimDriver(directory / "sim.json")
-        for i in range(7):
+        # One Pod per quantity (1 + 2 + 4 partitions fill the card), so each Allocate has one
+        # candidate: without pod-resources, several would be refused rather than guessed.
+        for i, quantity in enumerate((1, 2, 4)):
             await watcher.add(watcher.record(f"00000000-0000-4000-8000-00000000000{i}",
-                                             f"p{i}", {"main": {R1: 1}}))
+                                             f"p{i}", {"main": {R1: quantity}}))
         readies = [asyncio.Event(), asyncio.Event()]
         tasks = [start_allocator(nc, directory, side, node, driver, ready)
                  for side, ready in zip(("x", "y"), readies, strict=True)]
         await until(lambda: all(r.is_set() for r in readies), "both allocators serve")
 
-        uuids = await asyncio.gather(
-            *(allocate_on(directory, "x", f"1g.10gb-{i}") for i in range(4)),
-            *(allocate_on(directory, "y", f"1g.10gb-{i}") for i in range(4, 7)),
+        replies = await asyncio.gather(
+            allocate_on(directory, "x", ["1g.10gb-0"]),
+            allocate_on(directory, "y", ["1g.10gb-1", "1g.10gb-2"]),
+            allocate_on(directory, "x", [f"1g.10gb-{i}" for i in range(3, 7)]),
         )
+        uuids = [u for reply in replies for u in reply]
 
         doc, _ = await ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node).read(0)
         claims = list(doc.claims.values())

@@ -22,6 +22,7 @@ def test_defaults_match_the_design() -> None:
     assert str(config.kubelet_dir) == "/var/lib/kubelet/device-plugins"
     assert str(config.pods_dir) == "/var/lib/partkeeper/pods"
     assert config.resync_seconds == 10 and config.slices_per_card == 4
+    assert config.room_wait_seconds is None  # the allocator's own default (30 s)
 
 
 def test_values_are_read() -> None:
@@ -34,8 +35,10 @@ def test_values_are_read() -> None:
             "PK_RESYNC_SECONDS": "0.5",
             "PK_METRICS_PORT": "0",
             "PK_FAULTS": "allocator.after_claim=exit",
+            "PK_ROOM_WAIT_SECONDS": "12.5",
         }
     )
+    assert config.room_wait_seconds == 12.5
     assert config.nats_urls == ("nats://a:1", "nats://b:2")
     assert config.node == "gpu-7" and config.driver == "sim" and config.foreign_policy == "reap"
     assert config.resync_seconds == 0.5 and config.metrics_port_for("gc") == 0
@@ -51,6 +54,7 @@ def test_values_are_read() -> None:
         ({"PK_SLICES_PER_CARD": "-1"}, "not a whole number"),
         ({"PK_METRICS_PORT": "http"}, "PK_METRICS_PORT"),
         ({"NATS_URL": "localhost"}, "has no scheme"),
+        ({"PK_ROOM_WAIT_SECONDS": "-1"}, "PK_ROOM_WAIT_SECONDS='-1' must be at least 0"),
     ],
 )
 def test_bad_values_say_which_and_why(env: dict[str, str], fragment: str) -> None:

@@ -25,7 +25,7 @@ from partkeeper.kubelet import (
     open_unix_channel,
     unix_target,
 )
-from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet
+from partkeeper.sim.kubelet import MemoryPodSource, PodState, SimKubelet
 from tests_support import short_tmpdir
 
 pb = deviceplugin_pb2
@@ -188,6 +188,8 @@ async def running(
     *,
     options: pb.DevicePluginOptions | None = None,
     termination_delay: float = 0.0,
+    status_lag: float = 0.0,
+    cpu_millis: int | None = None,
 ) -> AsyncIterator[Harness]:
     """A started kubelet with one registered FakePlugin whose device list it has received."""
     with short_tmpdir() as directory:
@@ -197,6 +199,8 @@ async def running(
             source,
             pod_resources_socket=directory / "pr.sock",
             termination_delay=termination_delay,
+            status_lag=status_lag,
+            cpu_millis=cpu_millis,
         )
         await kubelet.start()
         plugin = FakePlugin(directory / "dp", devices, options=options)
@@ -209,3 +213,14 @@ async def running(
         finally:
             await kubelet.stop()
             await plugin.stop()
+
+
+def is_state(h: Harness, uid: str, wanted: PodState) -> bool:
+    record = h.kubelet.record(uid)
+    return record is not None and record.state is wanted
+
+
+def state(h: Harness, uid: str) -> PodState:
+    record = h.kubelet.record(uid)
+    assert record is not None
+    return record.state

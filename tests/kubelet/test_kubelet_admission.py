@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+from kubelet.kubelet_harness import (
+    DEADLINE,
+    RESOURCE,
+    Harness,
+    healthy,
+    is_state,
+    running,
+    state,
+)
 
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
@@ -22,12 +30,6 @@ def add_pod(h: Harness, name: str, count: int = 1, resource: str = RESOURCE) -> 
     uid = f"uid-{name}"
     h.source.add(pod_manifest(name, uid, {"main": {resource: count}}))
     return uid
-
-
-def state(h: Harness, uid: str) -> PodState:
-    record = h.kubelet.record(uid)
-    assert record is not None
-    return record.state
 
 
 async def test_admission_allocates_the_lowest_free_ids_and_keeps_the_response() -> None:
@@ -179,7 +181,7 @@ async def test_terminating_pod_keeps_devices_until_its_containers_stop() -> None
         uid = add_pod(h, "slow", 1)
         await h.wait_phase(uid, "Running")
         h.source.request_delete(uid)
-        await h.kubelet.wait_for(lambda: state(h, uid) is PodState.TERMINATING, DEADLINE)
+        await h.kubelet.wait_for(lambda: is_state(h, uid, PodState.TERMINATING), DEADLINE)
         blocked = add_pod(h, "blocked", 1)
         await h.wait_phase(blocked, "Failed")
         assert h.kubelet.free(RESOURCE) == []
@@ -210,3 +212,59 @@ async def test_allocate_in_flight_blocks_later_admissions() -> None:
         await h.wait_phase(second, "Running")
         assert h.plugin.allocated_ids() == [["d0"], ["d1"]]
         assert h.source.last_report(first).phase == "Running"
+
+
+# -- behaviour of a real kubelet the allocator must survive (docs/kubelet.md) ---------------
+
+
+async def test_devices_are_free_when_containers_stop_while_the_status_lags() -> None:
+    async with running(healthy("d0")) as h:
+        uid = add_pod(h, "a")
+        await h.wait_phase(uid, "Running")
+        h.kubelet.status_lag = 0.3
+        await h.kubelet.finish(uid)
+        assert h.kubelet.free(RESOURCE) == ["d0"]  # at once
+        assert h.source.last_report(uid).phase == "Running"  # the API server still says so
+        b = add_pod(h, "b")
+        await h.kubelet.wait_for(lambda: is_state(h, b, PodState.RUNNING), DEADLINE)
+        assert h.kubelet.record(b).containers["main"].devices == {RESOURCE: ("d0",)}
+        await h.wait_phase(uid, "Succeeded")  # the API server hears later
+
+
+async def test_a_pod_that_does_not_fit_is_rejected_before_any_allocate() -> None:
+    async with running(healthy("d0", "d1"), cpu_millis=1000, status_lag=0.2) as h:
+        uid = "uid-big"
+        h.source.add(pod_manifest("big", uid, {"main": {RESOURCE: 1}}, cpu="2"))
+        await h.kubelet.wait_for(lambda: is_state(h, uid, PodState.REJECTED), DEADLINE)
+        assert h.plugin.allocate_calls == []
+        assert h.kubelet.free(RESOURCE) == ["d0", "d1"]
+        assert h.source.last_report(uid) is None  # still Pending on the API server
+        await h.wait_phase(uid, "Failed")
+        assert h.source.last_report(uid).reason == "OutOfcpu"
+
+
+async def test_init_container_devices_are_reused_by_the_app_container() -> None:
+    """kubelet's device manager hands an init container's devices on to the containers after
+    it and calls Allocate again for them with the same IDs."""
+    async with running(healthy("d0", "d1", "d2")) as h:
+        h.source.add(pod_manifest("a", "uid-a", {"main": {RESOURCE: 2}},
+                                  init={"setup": {RESOURCE: 1}}))
+        await h.wait_phase("uid-a", "Running")
+        assert h.plugin.allocated_ids() == [["d0"], ["d0", "d1"]]
+        assert h.kubelet.free(RESOURCE) == ["d2"]
+        containers = h.kubelet.record("uid-a").containers
+        assert containers["setup"].devices == {RESOURCE: ("d0",)}
+        assert containers["main"].devices == {RESOURCE: ("d0", "d1")}
+
+
+async def test_pods_are_admitted_in_binding_order_not_creation_order() -> None:
+    async with running(healthy("d0", "d1")) as h:
+        late = pod_manifest("late", "uid-late", {"main": {RESOURCE: 1}})
+        early = pod_manifest("early", "uid-early", {"main": {RESOURCE: 1}})
+        late["metadata"]["creationTimestamp"] = "2026-01-01T00:00:02Z"
+        early["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"
+        h.source.add(late)  # bound first, though created later
+        h.source.add(early)
+        await h.wait_phase("uid-early", "Running")
+        assert h.kubelet.record("uid-late").containers["main"].devices == {RESOURCE: ("d0",)}
+        assert h.kubelet.record("uid-early").containers["main"].devices == {RESOURCE: ("d1",)}

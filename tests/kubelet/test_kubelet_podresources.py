@@ -6,10 +6,17 @@ import asyncio
 
 import grpc
 import pytest
-from kubelet.kubelet_harness import DEADLINE, RESOURCE, Harness, healthy, running
+from kubelet.kubelet_harness import (
+    DEADLINE,
+    RESOURCE,
+    Harness,
+    healthy,
+    is_state,
+    running,
+)
 
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
-from partkeeper.sim.kubelet import pod_manifest
+from partkeeper.sim.kubelet import PodState, pod_manifest
 
 pb = podresources_pb2
 
@@ -49,15 +56,26 @@ async def test_a_container_being_allocated_is_listed_without_devices() -> None:
         assert await list_pods(h) == {"a": {"x": {RESOURCE: ["d0"]}, "y": {RESOURCE: ["d1"]}}}
 
 
-async def test_finished_pods_are_listed_without_devices_until_gone() -> None:
+async def test_only_active_pods_are_listed() -> None:
+    """kubelet lists active Pods only (kubernetes PR 79409): a finished or rejected Pod is not
+    listed even while its object, and its lagging status, remain."""
     async with running(healthy("d0")) as h:
+        h.kubelet.status_lag = 30.0  # nothing below reaches the API server during the test
         h.source.add(pod_manifest("a", "uid-a", {"main": {RESOURCE: 1}}))
-        await h.wait_phase("uid-a", "Running")
+        h.source.add(pod_manifest("b", "uid-b", {"main": {RESOURCE: 1}}))  # no device left
+        await h.kubelet.wait_for(lambda: is_state(h, "uid-b", PodState.REJECTED), DEADLINE)
+        assert await list_pods(h) == {"a": {"main": {RESOURCE: ["d0"]}}}
         await h.kubelet.finish("uid-a")
-        assert await list_pods(h) == {"a": {"main": {}}}
-        h.source.request_delete("uid-a")
-        await h.kubelet.wait_for(lambda: h.kubelet.record("uid-a").gone, DEADLINE)
         assert await list_pods(h) == {}
+        assert h.source.last_report("uid-a") is None  # the API server has heard nothing yet
+
+
+async def test_init_containers_are_not_listed() -> None:
+    async with running(healthy("d0")) as h:
+        h.source.add(pod_manifest("a", "uid-a", {"main": {RESOURCE: 1}},
+                                  init={"setup": {RESOURCE: 1}}))
+        await h.wait_phase("uid-a", "Running")
+        assert await list_pods(h) == {"a": {"main": {RESOURCE: ["d0"]}}}
 
 
 async def test_get_and_allocatable() -> None:

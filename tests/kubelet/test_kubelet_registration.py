@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import grpc
@@ -16,7 +17,13 @@ from kubelet.kubelet_harness import (
 )
 
 from partkeeper.kubelet import UNHEALTHY, deviceplugin_pb2
-from partkeeper.sim.kubelet import MemoryPodSource, PodState, SimKubelet, pod_manifest
+from partkeeper.sim.kubelet import (
+    UNEXPECTED_ADMISSION_ERROR,
+    MemoryPodSource,
+    PodState,
+    SimKubelet,
+    pod_manifest,
+)
 
 pb = deviceplugin_pb2
 
@@ -108,3 +115,25 @@ async def test_restart_recreates_kubelet_sock_and_accepts_re_registration() -> N
         record = h.kubelet.record("uid-p")
         assert record is not None and record.state is PodState.RUNNING
         assert h.kubelet.free(RESOURCE) == ["d1"]
+
+
+async def test_restart_during_an_allocate_fails_that_pod_and_keeps_admitting() -> None:
+    """Closing the plugin's channel cancels its calls (grpc.aio); the Pod whose Allocate was in
+    flight fails admission, and the kubelet goes on with the next Pods (found by bench.chaos)."""
+    async with running(healthy("d0", "d1")) as h:
+        h.plugin.allocate_gate = asyncio.Event()
+        h.source.add(pod_manifest("p", "uid-p", {"main": {RESOURCE: 1}}))
+        await asyncio.wait_for(h.plugin.allocate_entered.wait(), 10)
+
+        await h.kubelet.restart()
+
+        await h.wait_phase("uid-p", "Failed")
+        assert h.source.last_report("uid-p").reason == UNEXPECTED_ADMISSION_ERROR
+        h.plugin.allocate_gate.set()
+        await h.plugin.stop()
+        await h.plugin.serve()
+        await h.plugin.register()
+        await h.wait_devices(healthy("d0", "d1"))
+        h.source.add(pod_manifest("q", "uid-q", {"main": {RESOURCE: 1}}))
+        await h.wait_phase("uid-q", "Running")
+        assert h.kubelet.sync_error is None

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from partkeeper.drivers.base import Instance
+from partkeeper.podstate import is_dead
 from schemas import CardClaims, Claim, LiveInstance
-from services.reclaimer.decide import DEAD, Sighting, Step, decide, sighting
+from services.reclaimer.decide import Sighting, Step, decide, sighting
 from tests_support import UID
 
 NOW = 10_000.0
@@ -116,7 +117,7 @@ def test_decisions_never_destroy_what_they_should_not(c: Claim, listing, pod: st
             assert NOW - c.created_at >= TIMEOUT
     if chosen.step is Step.REMOVE and c.kind == "partition":
         assert c.state == "releasing" and listing is not None and seen.present is None
-    if c.state != "releasing" and pod not in DEAD:
+    if c.state != "releasing" and not is_dead(pod):
         # A Pod not confirmed dead: its claim stands unless its instance is provably gone.
         assert chosen.step in (Step.KEEP, Step.RELEASE)
         if chosen.step is Step.RELEASE:

@@ -51,7 +51,7 @@ async def test_destroys_confirmed_dead_and_refuses_everything_else(
     assert "creating" in refused[c_new.id] and "not on this node" in refused["no-such-claim"]
     assert await hands.exists(i_live) and await hands.exists(i_unk)
     assert (await hands.claim(c_live)).state == "active"
-    assert set(watcher.fresh) == {gone, finished, live, unknown}  # asked afresh, every one
+    assert set(watcher.fresh) == {gone, finished, live, unknown, creating}  # asked afresh
 
 
 async def test_a_later_event_for_the_pod_finds_nothing_left_to_do(

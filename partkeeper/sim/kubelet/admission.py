@@ -19,6 +19,7 @@ class DeviceRequest:
     container: str
     resource: str
     count: int
+    init: bool = False  # an init container: its devices are reused by the containers after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +42,46 @@ class Shortage:
 
 
 def device_requests(pod: PodView) -> list[DeviceRequest]:
-    """One request per container and resource, containers in spec order, resources sorted."""
-    return [
+    """One request per container and resource: init containers first, then the others, each in
+    spec order, resources sorted (kubelet's device manager allocates in this order)."""
+    inits = [
+        DeviceRequest(c.name, resource, count, init=True)
+        for c in pod.init_containers
+        for resource, count in sorted(c.devices.items())
+    ]
+    return inits + [
         DeviceRequest(c.name, resource, count)
         for c in pod.containers
         for resource, count in sorted(c.devices.items())
     ]
+
+
+def pod_wants(requests: Iterable[DeviceRequest]) -> dict[str, int]:
+    """Devices the Pod needs at once per resource: init containers run one at a time and hand
+    their devices on, so the larger of the largest init request and the sum of the others."""
+    apps: dict[str, int] = {}
+    inits: dict[str, int] = {}
+    for request in requests:
+        if request.init:
+            inits[request.resource] = max(inits.get(request.resource, 0), request.count)
+        else:
+            apps[request.resource] = apps.get(request.resource, 0) + request.count
+    return {r: max(apps.get(r, 0), inits.get(r, 0)) for r in sorted({*apps, *inits})}
+
+
+def cpu_shortage(pod: PodView, used: int, capacity: int | None) -> str | None:
+    """kubelet's OutOfcpu admission message, or None when the Pod's CPU request fits."""
+    if capacity is None or pod.cpu_millis + used <= capacity:
+        return None
+    return (f"Pod was rejected: Node didn't have enough resource: cpu, requested: "
+            f"{pod.cpu_millis}, used: {used}, capacity: {capacity}")
+
+
+def reuse_first(reusable: Sequence[str], count: int) -> tuple[list[str], int]:
+    """kubelet's devicesToReuse: what an init container left is taken first; (taken, still
+    needed)."""
+    taken = list(reusable[:count])
+    return taken, count - len(taken)
 
 
 def find_shortage(
@@ -55,9 +90,7 @@ def find_shortage(
     taken: Mapping[str, set[str]],
 ) -> Shortage | None:
     """The first resource (by name) of which the Pod wants more than is Healthy and free."""
-    wanted: dict[str, int] = {}
-    for request in requests:
-        wanted[request.resource] = wanted.get(request.resource, 0) + request.count
+    wanted = pod_wants(requests)
     for resource in sorted(wanted):
         ids = healthy.get(resource, ())
         used = len(taken.get(resource, set()).intersection(ids))

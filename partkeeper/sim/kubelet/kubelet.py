@@ -4,7 +4,13 @@ Pod events are handled one at a time, as kubelet's sync loop does: admission (in
 plugin's Allocate) runs inline, so a slow Allocate delays the handling of every later Pod event.
 Stopping a deleted Pod's containers runs in a per-Pod worker, as kubelet's pod workers do.
 Devices are held by Pods in a holding state (`HOLDING`); the moment a Pod stops they are free for
-the next admission, before the plugin has had any chance to tidy up.
+the next admission, before the plugin has had any chance to tidy up, and before its status has
+reached the API server (`status_lag`, see status.py). Admission follows kubelet's order: a Pod
+the node cannot fit otherwise (OutOfcpu) is rejected before any device is allocated; then each
+init container, then each other container, is allocated its devices, those of an init container
+being reused by the containers after it (kubelet's device manager calls Allocate again with
+them). Pods are admitted in the order the source delivers them (binding order), whatever their
+creation times say.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from partkeeper.kubelet import deviceplugin_pb2
 from partkeeper.sim.kubelet.admission import (
     DeviceRequest,
     choose,
+    cpu_shortage,
     device_requests,
     find_shortage,
     free_devices,
+    reuse_first,
 )
 from partkeeper.sim.kubelet.changes import Changes
 from partkeeper.sim.kubelet.plugins import PluginCallError, PluginRegistry
@@ -35,6 +43,7 @@ from partkeeper.sim.kubelet.records import (
     new_containers,
 )
 from partkeeper.sim.kubelet.source import PodSource
+from partkeeper.sim.kubelet.status import StatusManager
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 
@@ -55,6 +64,8 @@ class SimKubelet:
     `kubelet_dir` holds kubelet.sock and the plugins' sockets; `pod_resources_socket`, when given,
     serves pod-resources v1. `termination_delay` is how long a deleted Pod's containers take to
     stop (its grace period); during it the Pod is terminating and keeps its devices.
+    `status_lag` delays every status write to the API server; `cpu_millis` is the node's
+    allocatable CPU (None: unlimited), against which Pods are admitted or rejected OutOfcpu.
     """
 
     def __init__(
@@ -67,6 +78,8 @@ class SimKubelet:
         allocate_timeout: float | None = None,
         connect_timeout: float = 10.0,
         clean_plugin_sockets: bool = True,
+        status_lag: float = 0.0,
+        cpu_millis: int | None = None,
     ) -> None:
         self._source = source
         self._changes = Changes()
@@ -81,6 +94,8 @@ class SimKubelet:
             if pod_resources_socket is not None
             else None
         )
+        self._status = StatusManager(source, status_lag)
+        self._cpu_millis = cpu_millis
         self._termination_delay = termination_delay
         self._allocate_timeout = allocate_timeout
         self._pods: dict[str, PodRecord] = {}
@@ -104,6 +119,7 @@ class SimKubelet:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._status.stop()
         await self._plugins.stop()
         if self._podres is not None:
             await self._podres.stop()
@@ -157,17 +173,26 @@ class SimKubelet:
             return self._pods[uid]
         return next((r for r in reversed(self._gone) if r.pod.uid == uid), None)
 
+    @property
+    def status_lag(self) -> float:
+        return self._status.lag
+
+    @status_lag.setter
+    def status_lag(self, seconds: float) -> None:
+        """How long later status writes take to reach the API server (a test may vary it)."""
+        self._status.lag = seconds
+
     def assignments(self) -> list[PodAssignment]:
+        """What pod-resources lists: active Pods only (not rejected or terminated), and their
+        app containers."""
         return [
             PodAssignment(
                 rec.pod.namespace,
                 rec.pod.name,
-                {
-                    c.name: dict(c.devices) if rec.holds_devices else {}
-                    for c in rec.containers.values()
-                },
+                {c.name: dict(c.devices) for c in rec.containers.values() if not c.init},
             )
             for rec in self._pods.values()
+            if rec.active
         ]
 
     def allocatable(self) -> dict[str, list[str]]:
@@ -277,36 +302,50 @@ class SimKubelet:
         rec = PodRecord(pod, PodState.ADMITTING, new_containers(pod))
         self._pods[pod.uid] = rec
         self._changes.touch()
+        others = (r for r in self._pods.values() if r.holds_devices and r is not rec)
+        refused = cpu_shortage(pod, sum(r.pod.cpu_millis for r in others), self._cpu_millis)
+        if refused is not None:
+            await self._reject(rec, "OutOfcpu", refused)
+            return
         requests = device_requests(pod)
         healthy = {r.resource: self._plugins.healthy(r.resource) for r in requests}
         shortage = find_shortage(requests, healthy, held_devices(self._pods.values()))
         if shortage is not None:
             await self._reject(rec, shortage.reason, shortage.message)
             return
+        reusable: dict[str, list[str]] = {}  # devices init containers left for the next ones
         try:
             for request in requests:
-                await self._allocate(rec, request)
+                await self._allocate(rec, request, reusable)
         except (AdmissionError, PluginCallError) as exc:
             message = f"Allocate failed due to {exc}, which is unexpected"
             await self._reject(rec, UNEXPECTED_ADMISSION_ERROR, message)
             return
         await self._start_containers(rec)
 
-    async def _allocate(self, rec: PodRecord, request: DeviceRequest) -> None:
+    async def _allocate(
+        self, rec: PodRecord, request: DeviceRequest, reusable: dict[str, list[str]]
+    ) -> None:
         resource = request.resource
         endpoint = self._plugins.endpoints.get(resource)
         if endpoint is None or not endpoint.connected:
             raise AdmissionError(f"can't allocate unregistered device {resource}")
+        pool = reusable.get(resource, [])
+        reused, needed = reuse_first(pool, request.count)
         available = self.free(resource)
-        if len(available) < request.count:
+        if len(available) < needed:
             raise AdmissionError(
                 f"requested number of devices unavailable for {resource}. "
-                f"Requested: {request.count}, Available: {len(available)}"
+                f"Requested: {request.count}, Available: {len(available) + len(reused)}"
             )
         preferred: list[str] = []
-        if endpoint.options.get_preferred_allocation_available:
-            preferred = await endpoint.preferred(available, request.count)
-        ids = tuple(choose(available, request.count, preferred))
+        if needed and endpoint.options.get_preferred_allocation_available:
+            preferred = await endpoint.preferred(available, needed)
+        ids = tuple(reused + (choose(available, needed, preferred) if needed else []))
+        if request.init:
+            reusable[resource] = list(dict.fromkeys([*pool, *ids]))
+        else:
+            reusable[resource] = [d for d in pool if d not in ids]
         container = rec.containers[request.container]
         container.pending[resource] = ids
         self._changes.touch()
@@ -364,6 +403,7 @@ class SimKubelet:
     async def _finalize(self, rec: PodRecord) -> None:
         if rec.finalized:
             return
+        await self._status.written(rec)  # the terminal status first, then the final delete
         try:
             await self._source.finalize_delete(rec.pod.namespace, rec.pod.name, rec.pod.uid)
         except Exception as exc:
@@ -388,13 +428,7 @@ class SimKubelet:
     async def _report(self, rec: PodRecord, phase: str, reason: str, message: str) -> None:
         rec.phase, rec.reason, rec.message = phase, reason, message
         self._changes.touch()
-        try:
-            await self._source.set_phase(rec.pod.uid, phase, reason, message)
-        except Exception as exc:
-            # Status is advisory to the simulation; the Pod may be gone from the API already.
-            log.warning(
-                "reporting %s for Pod %s (%s) failed: %r", phase, rec.pod.key, rec.pod.uid, exc
-            )
+        await self._status.report(rec, phase, reason, message)
 
 
 def _ids(rec: PodRecord) -> dict[str, str]:

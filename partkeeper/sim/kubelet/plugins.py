@@ -124,6 +124,16 @@ class Endpoint:
             raise PluginCallError(
                 f"{method} for {self.resource} failed: {exc.code().name}: {exc.details()}"
             ) from exc
+        except asyncio.CancelledError:
+            # grpc.aio cancels the calls of a channel being closed (the plugin re-registered,
+            # the kubelet restarted): that fails this call, as it would in kubelet, but must
+            # not end the caller (the sync loop) unless the caller itself is being cancelled.
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            raise PluginCallError(
+                f"{method} for {self.resource} failed: its connection to the plugin was closed"
+            ) from None
 
     async def close(self) -> None:
         self.connected = False

@@ -33,6 +33,8 @@ class PodView:
     namespace: str
     name: str
     containers: tuple[ContainerView, ...] = ()
+    init_containers: tuple[ContainerView, ...] = ()  # run one after another before the others
+    cpu_millis: int = 0  # the Pod's effective CPU request (admission's OutOfcpu check)
     node: str = ""
     phase: str = "Pending"
     deletion_requested: bool = False
@@ -86,6 +88,26 @@ def _container(obj: Mapping[str, Any], where: str) -> ContainerView:
     return ContainerView(name=name, devices={k: v for k, v in devices.items() if v > 0})
 
 
+def _millicores(raw: object, where: str) -> int:
+    text = str(raw).strip()
+    try:
+        return int(text[:-1]) if text.endswith("m") else round(float(text) * 1000)
+    except ValueError:
+        raise PodSpecError(f"{where}: cpu={raw!r} is not a CPU quantity") from None
+
+
+def _cpu(obj: Mapping[str, Any], where: str) -> int:
+    requests = (obj.get("resources") or {}).get("requests") or {}
+    return _millicores(requests["cpu"], where) if "cpu" in requests else 0
+
+
+def _effective_cpu(spec: Mapping[str, Any], where: str) -> int:
+    """kubelet's rule: the larger of the largest init container and the sum of the others."""
+    apps = sum(_cpu(c, where) for c in spec.get("containers") or ())
+    inits = [_cpu(c, where) for c in spec.get("initContainers") or ()]
+    return max([apps, *inits])
+
+
 def pod_from_manifest(obj: Mapping[str, Any]) -> PodView:
     """The PodView of a Pod in Kubernetes JSON form; PodSpecError names the Pod and the field."""
     meta = obj.get("metadata") or {}
@@ -96,11 +118,14 @@ def pod_from_manifest(obj: Mapping[str, Any]) -> PodView:
         raise PodSpecError(f"Pod {namespace}/{name} has no metadata.uid or metadata.name")
     where = f"Pod {namespace}/{name} ({uid})"
     containers = tuple(_container(c, where) for c in spec.get("containers") or ())
+    inits = tuple(_container(c, where) for c in spec.get("initContainers") or ())
     return PodView(
         uid=uid,
         namespace=namespace,
         name=name,
         containers=containers,
+        init_containers=inits,
+        cpu_millis=_effective_cpu(spec, where),
         node=spec.get("nodeName") or "",
         phase=status.get("phase") or "Pending",
         deletion_requested=bool(meta.get("deletionTimestamp")),
@@ -115,23 +140,31 @@ def pod_manifest(
     *,
     namespace: str = "default",
     node: str = "",
+    init: Mapping[str, Mapping[str, int]] | None = None,
+    cpu: str = "",
 ) -> dict[str, Any]:
-    """A minimal Pod manifest: container name -> {resource: count}. For tests and demos."""
-    return {
+    """A minimal Pod manifest: container name -> {resource: count}, likewise the init
+    containers; `cpu` is each app container's CPU request. For tests and demos."""
+    manifest: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": cname,
-                    "image": "busybox",
-                    "resources": {"limits": {r: str(n) for r, n in devices.items()}},
-                }
-                for cname, devices in containers.items()
-            ],
+            "containers": [_manifest_container(c, d, cpu) for c, d in containers.items()],
         },
         "status": {"phase": "Pending"},
     }
+    if init:
+        manifest["spec"]["initContainers"] = [
+            _manifest_container(c, d, "") for c, d in init.items()
+        ]
+    return manifest
+
+
+def _manifest_container(name: str, devices: Mapping[str, int], cpu: str) -> dict[str, Any]:
+    resources: dict[str, Any] = {"limits": {r: str(n) for r, n in devices.items()}}
+    if cpu:
+        resources["requests"] = {"cpu": cpu}
+    return {"name": name, "image": "busybox", "resources": resources}

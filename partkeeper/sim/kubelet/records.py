@@ -29,6 +29,7 @@ HOLDING = frozenset(
 @dataclass
 class ContainerRecord:
     name: str
+    init: bool = False
     devices: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Chosen for an Allocate still in flight: held, but not yet reported by pod-resources.
     pending: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -46,14 +47,24 @@ class PodRecord:
     finalized: bool = False
     gone: bool = False
     worker: asyncio.Task[None] | None = field(default=None, repr=False)
+    # The status write in flight to the API server (the status manager lags behind the kubelet).
+    status_write: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def holds_devices(self) -> bool:
         return self.state in HOLDING
 
+    @property
+    def active(self) -> bool:
+        """Listed by pod-resources: kubelet lists only active (not terminated or rejected)
+        Pods."""
+        return self.state in HOLDING
+
 
 def new_containers(pod: PodView) -> dict[str, ContainerRecord]:
-    return {c.name: ContainerRecord(c.name) for c in pod.containers}
+    """Init containers first, as they run; pod-resources lists only the others."""
+    inits = {c.name: ContainerRecord(c.name, init=True) for c in pod.init_containers}
+    return inits | {c.name: ContainerRecord(c.name) for c in pod.containers}
 
 
 def held_devices(records: Iterable[PodRecord]) -> dict[str, set[str]]:
