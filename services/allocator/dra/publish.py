@@ -11,12 +11,12 @@ a partial read), and a failed write re-lists before the next try.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 from partkeeper.bus import backoff
 from partkeeper.dra import slices
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry.logs import decision
 from services.allocator.context import Context
 from services.allocator.dra.kube import KubeError, ResourceApi
@@ -44,8 +44,7 @@ class SlicePublisher:
                 await change.wait()
             else:
                 self.failures += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(change.wait(), backoff.delay(self.failures, cap=5.0))
+                await woken_or_timeout(change, backoff.delay(self.failures, cap=5.0))
 
     async def once(self) -> bool:
         try:
