@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes import client, config
 from nats.aio.client import Client
 
+from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Instance
@@ -168,7 +169,7 @@ async def chaos_node(
                              cpu_millis=CPU_MILLIS)
         await kubelet.start()
         api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
-        store = ClaimsStore(await nc.jetstream().key_value(BUCKET_CLAIMS), node)
+        store = ClaimsStore(await Bucket.open(nc.jetstream(), BUCKET_CLAIMS), node)
         chaos = ChaosNode(directory, cfg, driver, store, kubelet, api)
         options = replace(allocator, driver=driver)
         chaos.services = {

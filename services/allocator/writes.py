@@ -65,20 +65,28 @@ def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) 
 
 async def begin(ctx: Context, claim: Claim) -> bool:
     """Write `claim` as creating; False when its placement is no longer free in the store."""
+    mutate = functools.partial(machine.begin, claim=claim)
+
+    async def write_once() -> None:
+        # Every failed attempt is checked before the next: a write whose reply was lost may have
+        # been applied, and writing it again would plan this claim a second placement.
+        try:
+            await ctx.store.update(claim.card, mutate)
+        except TransitionError:
+            raise
+        except Exception as exc:
+            if not await _landed(ctx, claim, exc):
+                raise
+            decision(log, f"the reply to the claim write was lost ({exc!r}); the store holds it",
+                     pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
+
     try:
         with _tracer.start_as_current_span("claim", attributes=span_attributes(claim)):
-            mutate = functools.partial(machine.begin, claim=claim)
-            await patience.waiting(ctx, f"writing claim {claim.id}",
-                                   lambda: ctx.store.update(claim.card, mutate))
+            await patience.waiting(ctx, f"writing claim {claim.id}", write_once)
     except TransitionError as exc:
         decision(log, f"placement lost to another writer: {exc}", pod_uid=claim.pod_uid,
                  card=claim.card, claim_id=claim.id)
         return False
-    except Exception as exc:
-        if not await _landed(ctx, claim, exc):
-            raise
-        decision(log, f"the reply to the claim write was lost ({exc!r}); the store holds it",
-                 pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
     decision(log, f"claimed {claim.profile} at {claim.start}+{claim.size} for {claim.container}",
              pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="creating")
     await events.claim_changed(ctx.js, ctx.node, claim, "creating")
