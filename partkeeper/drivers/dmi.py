@@ -17,6 +17,7 @@ The model differs from NVIDIA's where the library does:
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -314,14 +315,10 @@ class DmiDriver:
         return exc
 
     def _undo(self, spec: InstanceSpec, gi: int, ci: int | None, cause: str) -> UnknownError:
-        what = f"the {spec.profile} GPU instance at start {spec.start} was created but {cause}"
-        try:
-            if ci is not None:
-                call(self._api.nvmlComputeInstanceDestroy, ci)
-            call(self._api.nvmlGpuInstanceDestroy, gi)
-        except CallFailed as exc:
-            return UnknownError("create", spec.card, None, f"{what}; undoing it failed too ({exc})")
-        return UnknownError("create", spec.card, None, f"{what}; it was destroyed again")
+        destroy_ci = (None if ci is None
+                      else functools.partial(call, self._api.nvmlComputeInstanceDestroy, ci))
+        return vendor.undo_create(spec, cause, destroy_ci,
+                                  functools.partial(call, self._api.nvmlGpuInstanceDestroy, gi))
 
     def destroy(self, expected: Instance) -> None:
         op, card = "destroy", expected.card

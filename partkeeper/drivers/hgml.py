@@ -11,6 +11,7 @@ nodes, not an environment variable (device_nodes.py). Every enumeration fails cl
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -323,15 +324,13 @@ class HgmlDriver:
         )
         return handle
 
-    def _undo(self, spec: InstanceSpec, gi: api.Handle, ci: api.Handle | None, cause: str):
-        what = f"the {spec.profile} GPU instance at start {spec.start} was created but {cause}"
-        try:
-            if ci is not None:
-                call(self._api.hgmlComputeInstanceDestroy, ci)
-            call(self._api.hgmlGpuInstanceDestroy, gi)
-        except CallFailed as exc:
-            return UnknownError("create", spec.card, None, f"{what}; undoing it failed too ({exc})")
-        return UnknownError("create", spec.card, None, f"{what}; it was destroyed again")
+    def _undo(
+        self, spec: InstanceSpec, gi: api.Handle, ci: api.Handle | None, cause: str
+    ) -> UnknownError:
+        destroy_ci = (None if ci is None
+                      else functools.partial(call, self._api.hgmlComputeInstanceDestroy, ci))
+        return vendor.undo_create(spec, cause, destroy_ci,
+                                  functools.partial(call, self._api.hgmlGpuInstanceDestroy, gi))
 
     def destroy(self, expected: Instance) -> None:
         op, card = "destroy", expected.card

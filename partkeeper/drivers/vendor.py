@@ -6,7 +6,7 @@ Pure functions over what a vendor library reported; the drivers keep the library
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import (
@@ -14,7 +14,9 @@ from partkeeper.drivers.base import (
     Instance,
     InstanceSpec,
     PlacementError,
+    UnknownError,
 )
+from partkeeper.drivers.clib import CallFailed
 
 _CARD_MEMORY_TOLERANCE = 0.1
 _GEOMETRY = re.compile(r"^(\d+)g\.?(\d+)gb$")
@@ -128,3 +130,20 @@ def profile_view(
         "instances": instances, "placements": spots, "table_placements": table,
         "matches": None if table is None else spots == table,
     }
+
+
+def undo_create(
+    spec: InstanceSpec, cause: str, destroy_ci: Callable[[], object] | None,
+    destroy_gi: Callable[[], object],
+) -> UnknownError:
+    """Undo a create that failed after its GPU instance existed (the allocator's own undo,
+    invariant 2): destroy the compute instance, if one was made, then the GPU instance. The error
+    returned says whether the undo left anything behind for the reclaimer to find."""
+    what = f"the {spec.profile} GPU instance at start {spec.start} was created but {cause}"
+    try:
+        if destroy_ci is not None:
+            destroy_ci()
+        destroy_gi()
+    except CallFailed as exc:
+        return UnknownError("create", spec.card, None, f"{what}; undoing it failed too ({exc})")
+    return UnknownError("create", spec.card, None, f"{what}; it was destroyed again")

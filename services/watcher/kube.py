@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import urllib3
 from kubernetes import client
-from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from partkeeper import kubeapi
 from partkeeper.config import Config
 from services.watcher.observe import Listing, NotFound
 
@@ -91,7 +91,7 @@ class Kube:
     ) -> Kube:
         """A client from `config.kubeconfig`, else the in-cluster service account."""
         try:
-            api_client = await asyncio.to_thread(_api_client, config.kubeconfig)
+            api_client = await asyncio.to_thread(kubeapi.api_client, config.kubeconfig)
         except Exception as exc:
             source = f"KUBECONFIG={config.kubeconfig}" if config.kubeconfig else "in-cluster config"
             raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
@@ -203,9 +203,3 @@ def _json(data: bytes, doing: str) -> Any:
         raise KubeError(f"{doing}: the answer is not JSON ({exc})") from exc
 
 
-def _api_client(kubeconfig: str | None) -> client.ApiClient:
-    if kubeconfig:
-        return kube_config.new_client_from_config(config_file=kubeconfig)
-    configuration = client.Configuration()
-    kube_config.load_incluster_config(client_configuration=configuration)
-    return client.ApiClient(configuration)

@@ -13,9 +13,9 @@ import json
 from typing import Any
 
 from kubernetes import client
-from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
+from partkeeper import kubeapi
 from partkeeper.config import Config
 from partkeeper.dra import DRIVER
 
@@ -28,14 +28,6 @@ class KubeError(Exception):
         self.status = status
 
 
-def _api_client(kubeconfig: str | None) -> client.ApiClient:
-    if kubeconfig:
-        return kube_config.new_client_from_config(config_file=kubeconfig)
-    configuration = client.Configuration()
-    kube_config.load_incluster_config(client_configuration=configuration)
-    return client.ApiClient(configuration)
-
-
 class ResourceApi:
     def __init__(self, api: client.ResourceV1Api, node: str) -> None:
         self.api = api
@@ -44,7 +36,7 @@ class ResourceApi:
     @classmethod
     async def connect(cls, config: Config) -> ResourceApi:
         try:
-            api_client = await asyncio.to_thread(_api_client, config.kubeconfig)
+            api_client = await asyncio.to_thread(kubeapi.api_client, config.kubeconfig)
         except Exception as exc:
             source = f"KUBECONFIG={config.kubeconfig}" if config.kubeconfig else "in-cluster config"
             raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
