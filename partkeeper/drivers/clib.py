@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from partkeeper.drivers.base import LibraryMissing
+from partkeeper.drivers.base import (
+    DriverError,
+    InUseError,
+    LibraryMissing,
+    PlacementError,
+    ReadError,
+    UnknownError,
+)
 
 # NVML's return codes, which both vendors keep (T-Head adds GPU_NOT_FOUND 28).
 SUCCESS = 0
@@ -114,3 +121,28 @@ def call(fn: Any, *args: Any) -> None:
 
 def text(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def read_call(op: str, card: int | None, what: str, fn: Any, *args: Any) -> None:
+    """A read through the library: any failure is a ReadError, never "absent"."""
+    try:
+        call(fn, *args)
+    except CallFailed as exc:
+        raise ReadError(op, card, None, f"{what}: {exc}") from exc
+
+
+def change_call(
+    op: str, card: int, name: str | None, what: str, fn: Any, *args: Any,
+    placement_codes: frozenset[int] = frozenset(),
+) -> None:
+    """A change through the library: IN_USE is an InUseError, a code in `placement_codes` a
+    PlacementError, anything else an UnknownError; each names the card and the instance."""
+    try:
+        call(fn, *args)
+    except CallFailed as exc:
+        kind: type[DriverError] = UnknownError
+        if exc.code == ERROR_IN_USE:
+            kind = InUseError
+        elif exc.code in placement_codes:
+            kind = PlacementError
+        raise kind(op, card, name, f"{what}: {exc}") from exc

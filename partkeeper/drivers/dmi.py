@@ -31,7 +31,6 @@ from partkeeper.drivers.base import (
     DriverError,
     Instance,
     InstanceSpec,
-    InUseError,
     LibraryMissing,
     NotFoundError,
     PlacementError,
@@ -39,10 +38,11 @@ from partkeeper.drivers.base import (
     UnknownError,
 )
 from partkeeper.drivers.clib import (
-    ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES,
     CallFailed,
     call,
+    change_call,
+    read_call,
 )
 from partkeeper.drivers.dmi_profiles import Profile
 
@@ -76,18 +76,8 @@ class DmiDriver:
 
     # -- calls with their errors mapped -------------------------------------------------------
 
-    def _read(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> None:
-        try:
-            call(fn, *args)
-        except CallFailed as exc:
-            raise ReadError(op, card, None, f"{what}: {exc}") from exc
-
-    def _change(self, op: str, card: int, name: str | None, what: str, fn: Any, *args: Any) -> None:
-        try:
-            call(fn, *args)
-        except CallFailed as exc:
-            kind: type[DriverError] = InUseError if exc.code == ERROR_IN_USE else UnknownError
-            raise kind(op, card, name, f"{what}: {exc}") from exc
+    _read = staticmethod(read_call)
+    _change = staticmethod(change_call)
 
     def _uint(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
         out = ctypes.c_uint(0)

@@ -24,7 +24,6 @@ from partkeeper.drivers.base import (
     DriverError,
     Instance,
     InstanceSpec,
-    InUseError,
     LibraryMissing,
     Mode,
     NotFoundError,
@@ -33,17 +32,20 @@ from partkeeper.drivers.base import (
     UnknownError,
 )
 from partkeeper.drivers.clib import (
-    ERROR_IN_USE,
     ERROR_INSUFFICIENT_RESOURCES,
     ERROR_INSUFFICIENT_SIZE,
     ERROR_NOT_FOUND,
     ERROR_NOT_SUPPORTED,
     CallFailed,
     call,
+    change_call,
+    read_call,
     text,
 )
 from partkeeper.drivers.hgml_profiles import CardInfo, GiProfile
 
+# INSUFFICIENT_RESOURCES from a create: the placement is taken (HGML answers as NVML does).
+_CREATE_PLACEMENT = frozenset({ERROR_INSUFFICIENT_RESOURCES})
 _Mig = tuple[int, str, api.Handle]  # (CI id, MIG device UUID, MIG device handle)
 
 
@@ -79,23 +81,11 @@ class HgmlDriver:
 
     # -- calls with their errors mapped -------------------------------------------------------
 
-    def _call(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> None:
-        """A read: any failure is a ReadError, never "absent"."""
-        try:
-            call(fn, *args)
-        except CallFailed as exc:
-            raise ReadError(op, card, None, f"{what}: {exc}") from exc
+    _call = staticmethod(read_call)  # a read: any failure is a ReadError, never "absent"
 
     def _change(self, op: str, card: int, name: str | None, what: str, fn: Any, *args: Any) -> None:
-        try:
-            call(fn, *args)
-        except CallFailed as exc:
-            kind: type[DriverError] = UnknownError
-            if exc.code == ERROR_IN_USE:
-                kind = InUseError
-            elif exc.code == ERROR_INSUFFICIENT_RESOURCES and op == "create":
-                kind = PlacementError
-            raise kind(op, card, name, f"{what}: {exc}") from exc
+        codes = _CREATE_PLACEMENT if op == "create" else frozenset()
+        change_call(op, card, name, what, fn, *args, placement_codes=codes)
 
     def _device(self, op: str, card: int) -> api.Handle:
         dev = api.Handle()
