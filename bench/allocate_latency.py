@@ -178,7 +178,8 @@ async def _reclaim(store: ClaimsStore, driver: Serialised) -> None:
     for claim in doc.claims.values():
         await store.update(0, lambda d, c=claim: machine.release(d, c.id, "bench", time.time()))
         doc, _ = await store.read(0)
-        inv = inventory.classify(doc, await asyncio.to_thread(driver.instances, 0))
+        inv = inventory.classify(doc, await asyncio.to_thread(driver.instances, 0),
+                                 driver.same_partition)
         inst = inv.owned.get(claim.id)
         if inst is not None:
             await asyncio.to_thread(driver.destroy, inst)

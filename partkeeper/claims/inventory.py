@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from partkeeper.drivers.base import Instance, same_partition
+from partkeeper.drivers.base import IdentityRule, Instance
 from schemas import CardClaims, Claim
 
 
@@ -31,14 +31,15 @@ def _recorded(claim: Claim) -> Instance | None:
                     live.uuid)
 
 
-def classify(doc: CardClaims, instances: list[Instance]) -> Inventory:
+def classify(doc: CardClaims, instances: list[Instance], same: IdentityRule) -> Inventory:
     """Match physical instances to the card's partition claims.
 
-    A claim with a recorded identity owns the instance with that UUID and GI id, or the GPU
-    instance of its GI id, profile and start left without a compute instance by an interrupted
-    destroy (`same_partition`), so that the destroy is finished, never the slot lost. A claim
-    without one (creating, or released mid-create) is matched to an instance exactly at its spec,
-    which is what a create interrupted by a crash leaves behind. Every other instance is foreign.
+    A claim with a recorded identity owns the instance its driver's identity rule `same` (the
+    driver's `same_partition`) says is it: for every vendor that includes the GPU instance an
+    interrupted destroy left at its slot without a compute instance, so that the destroy is
+    finished, never the slot lost. A claim without one (creating, or released mid-create) is
+    matched to an instance exactly at its spec, which is what a create interrupted by a crash
+    leaves behind. Every other instance is foreign.
     """
     inv = Inventory()
     used: set[tuple[str, int]] = set()
@@ -47,7 +48,7 @@ def classify(doc: CardClaims, instances: list[Instance]) -> Inventory:
         recorded = _recorded(claim)
         if recorded is None:
             continue
-        found = next((i for i in instances if same_partition(recorded, i)), None)
+        found = next((i for i in instances if same(recorded, i)), None)
         if found is not None:
             inv.owned[claim.id] = found
             used.add((found.uuid, found.gi_id))

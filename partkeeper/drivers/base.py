@@ -9,7 +9,7 @@ A spec (card, profile, start) says what a partition should be and nothing about 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -62,15 +62,51 @@ class Instance:
         return self.ci_id >= 0 and bool(self.uuid)
 
 
-def same_partition(recorded: Instance, listed: Instance) -> bool:
-    """Whether `listed` is the partition recorded as `recorded`: the same UUID and GI id, or,
-    once a destroy removed the compute instance and stopped before the GPU instance, the GPU
-    instance of that GI id, profile and start, left without a compute instance."""
-    if (listed.uuid, listed.gi_id) == (recorded.uuid, recorded.gi_id):
-        return True
-    where = (listed.card, listed.gi_id, listed.profile, listed.start)
-    return not listed.complete and where == (
-        recorded.card, recorded.gi_id, recorded.profile, recorded.start
+IdentityRule = Callable[[Instance, Instance], bool]
+"""`rule(recorded, listed)`: whether `listed`, as an enumeration reports it now, is the partition
+that was recorded as `recorded` when it was created. Each driver states its vendor's rule as its
+`same_partition` method; nothing outside the drivers compares identities itself."""
+
+
+def _where(inst: Instance) -> tuple[int, int, str, int]:
+    return (inst.card, inst.gi_id, inst.profile, inst.start)
+
+
+def _left_at_slot(recorded: Instance, listed: Instance) -> bool:
+    """`listed` is a GPU instance without compute instance exactly where `recorded` was: what a
+    destroy stopped between its two steps leaves. It has no identity of its own, so only where it
+    sits can say whose it was (a claim still holds that slot, so nothing else was made there)."""
+    return not listed.complete and _where(listed) == _where(recorded)
+
+
+def slot_identity(recorded: Instance, listed: Instance) -> bool:
+    """NVIDIA's and T-Head's rule: the MIG device UUID is derived from the slot, so a successor
+    at the same GI id reproduces it; the partition is the same UUID at the same GI id, profile and
+    start (or the GPU instance an interrupted destroy left at its slot)."""
+    if listed.complete:
+        return listed.uuid == recorded.uuid and _where(listed) == _where(recorded)
+    return _left_at_slot(recorded, listed)
+
+
+def issued_identity(recorded: Instance, listed: Instance) -> bool:
+    """Hygon's rule: the library issues a fresh UUID on every create, even at the same placement,
+    so the UUID names one partition's lifetime and a successor never matches its predecessor; the
+    GI id is not part of it (the next create may take it). The profile and start must agree too
+    (or the GPU instance an interrupted destroy left at its slot)."""
+    if listed.complete:
+        shape = (listed.card, listed.profile, listed.start)
+        return listed.uuid == recorded.uuid and shape == (
+            recorded.card, recorded.profile, recorded.start
+        )
+    return _left_at_slot(recorded, listed)
+
+
+def identity_mismatch(expected: Instance, found: Instance) -> IdentityMismatchError:
+    """The refusal of a destroy whose expected partition is no longer what sits at its GI id."""
+    now = found.uuid or "no compute instance"
+    cause = f"GPU instance {found.gi_id} is {found.profile} at start {found.start} with {now}"
+    return IdentityMismatchError(
+        "destroy", expected.card, expected.uuid or f"GI {expected.gi_id}", cause
     )
 
 
@@ -169,8 +205,13 @@ class Driver(Protocol):
         """Create a partition at exactly `spec`. Raises PlacementError, UnknownError."""
         ...
 
+    def same_partition(self, recorded: Instance, listed: Instance) -> bool:
+        """The vendor's identity rule (`IdentityRule`): whether `listed` is the partition this
+        driver reported as `recorded`. Pure: no call to the library."""
+        ...
+
     def destroy(self, expected: Instance) -> None:
-        """Destroy `expected`, only if the instance at its GI id still has its identity.
+        """Destroy `expected`, only if the instance at its GI id is it (`same_partition`).
 
         Raises InUseError, NotFoundError (already absent), IdentityMismatchError, UnknownError.
         """

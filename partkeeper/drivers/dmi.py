@@ -36,6 +36,8 @@ from partkeeper.drivers.base import (
     PlacementError,
     ReadError,
     UnknownError,
+    identity_mismatch,
+    issued_identity,
 )
 from partkeeper.drivers.clib import (
     ERROR_INSUFFICIENT_RESOURCES,
@@ -60,6 +62,7 @@ class DmiDriver:
     """The Driver protocol over DMI. Holds the library and static card facts only."""
 
     name = "dmi"
+    same_partition = staticmethod(issued_identity)
 
     def __init__(self, *, root: Path = Path("/"), paths: list[str] | None = None) -> None:
         try:
@@ -320,7 +323,8 @@ class DmiDriver:
         if gi is None:
             raise NotFoundError(op, card, name, f"no GPU instance {expected.gi_id} exists")
         found, cis = self._describe(op, card, gi)
-        vendor.check_identity(expected, found)
+        if not self.same_partition(expected, found):
+            raise identity_mismatch(expected, found)
         for handle, ci_id in cis:
             self._change(
                 op,

@@ -30,6 +30,8 @@ from partkeeper.drivers.base import (
     PlacementError,
     ReadError,
     UnknownError,
+    identity_mismatch,
+    slot_identity,
 )
 from partkeeper.drivers.clib import (
     ERROR_INSUFFICIENT_RESOURCES,
@@ -53,6 +55,7 @@ class HgmlDriver:
     """The Driver protocol over HGML. Holds the library and static card facts only."""
 
     name = "hgml"
+    same_partition = staticmethod(slot_identity)
 
     def __init__(
         self, *, root: Path = Path("/"), proc_root: Path | None = None,
@@ -340,11 +343,11 @@ class HgmlDriver:
         gi = self._gi_info(op, card, handle)
         known = self._card_info(op, card, dev).by_id(gi.profileId)
         cis = self._mig_devices(op, card, dev).get(expected.gi_id, [])
-        uuids = [u for _, u, _ in cis]
-        uuid_now = expected.uuid if expected.uuid in uuids else (uuids[0] if uuids else "")
         label = known.name if known else f"hgml-profile-{gi.profileId}"
-        found = Instance(card, label, gi.placement.start, gi.placement.size, gi.id, -1, uuid_now)
-        vendor.check_identity(expected, found)
+        mine = [m for m in cis if m[1] == expected.uuid] or cis
+        found = _instance(card, gi.id, label, gi.placement.start, gi.placement.size, mine)
+        if not self.same_partition(expected, found):
+            raise identity_mismatch(expected, found)
         for ci_id, uuid, _ in cis:
             ci = api.Handle()
             try:

@@ -22,7 +22,6 @@ from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
     DriverError,
-    IdentityMismatchError,
     Instance,
     InstanceSpec,
     InUseError,
@@ -31,7 +30,9 @@ from partkeeper.drivers.base import (
     PlacementError,
     ReadError,
     UnknownError,
+    identity_mismatch,
     nvidia_edits,
+    slot_identity,
 )
 from partkeeper.drivers.nvml_tables import CardInfo, GiProfile, model_for
 
@@ -70,6 +71,7 @@ class NvmlDriver:
     """The Driver protocol over NVML. Holds handles and static card facts, nothing that changes."""
 
     name = "nvml"
+    same_partition = staticmethod(slot_identity)
 
     def __init__(self) -> None:
         self._nv: ModuleType = _load()
@@ -341,7 +343,9 @@ class NvmlDriver:
             raise ReadError(op, card, name, cause) from exc
         gi = self._describe(op, card, dev, handle)
         cis = self._mig_devices(op, card, dev).get(expected.gi_id, [])
-        _check_identity(expected, gi, cis)
+        found = _instance(card, gi, [m for m in cis if m[1] == expected.uuid] or cis)
+        if not self.same_partition(expected, found):
+            raise identity_mismatch(expected, found)
         for ci_id, uuid, _ in cis:
             self._destroy_ci(handle, card, ci_id, uuid)
         try:
@@ -379,16 +383,3 @@ def _instance(card: int, gi: _Gi, devices: list[_Mig]) -> Instance:
     # slices: listed with CI id -1 and no UUID rather than left out.
     ci_id, uuid = (devices[0][0], devices[0][1]) if devices else (-1, "")
     return Instance(card, gi.profile, gi.start, gi.size, gi.gi_id, ci_id, uuid)
-
-
-def _check_identity(expected: Instance, gi: _Gi, devices: list[_Mig]) -> None:
-    name = expected.uuid or f"GI {expected.gi_id}"
-    uuids = {uuid for _, uuid, _ in devices}
-    # With no CI left there is no UUID to compare (what an interrupted destroy leaves behind):
-    # then the GI id, profile and placement decide.
-    same_uuid = expected.uuid in uuids or not uuids
-    if same_uuid and (gi.profile, gi.start) == (expected.profile, expected.start):
-        return
-    now = ", ".join(sorted(uuids)) or "no compute instance"
-    cause = f"GPU instance {gi.gi_id} is {gi.profile} at start {gi.start} with {now}"
-    raise IdentityMismatchError("destroy", expected.card, name, cause)

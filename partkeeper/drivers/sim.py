@@ -31,6 +31,7 @@ from partkeeper.drivers.base import (
     ContainerEdits,
     DriverError,
     IdentityMismatchError,
+    IdentityRule,
     Instance,
     InstanceSpec,
     InUseError,
@@ -38,7 +39,10 @@ from partkeeper.drivers.base import (
     PlacementError,
     ReadError,
     UnknownError,
+    identity_mismatch,
+    issued_identity,
     nvidia_edits,
+    slot_identity,
 )
 from partkeeper.drivers.sim_state import (
     FAULT_ERRORS,
@@ -97,6 +101,11 @@ def _lowest_free_gi(card: SimCard) -> int:
     return next(gi_id for gi_id in itertools.count(1) if gi_id not in used)
 
 
+def identity_rule(model: str) -> IdentityRule:
+    """The identity rule of the vendor of a card of `model`, as its real driver states it."""
+    return issued_identity if profiles.model(model).vendor == "hygon" else slot_identity
+
+
 def _to_instance(card: SimCard, inst: SimInstance) -> Instance:
     return Instance(
         card.index, inst.profile, inst.start, inst.size, inst.gi_id, inst.ci_id, inst.uuid
@@ -113,6 +122,7 @@ class SimDriver:
     ) -> None:
         self.path = Path(path)
         self._sleep = sleep  # injectable so tests can hold an operation inside its latency
+        self._models: dict[int, str] = {}  # card index -> model, as the last read found them
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -180,6 +190,7 @@ class SimDriver:
 
     def cards(self) -> list[Card]:
         def read(state: SimState) -> list[Card]:
+            self._remember(state)
             return [
                 Card(c.index, c.uuid, c.model, c.mode, profiles.model(c.model).memory_mib)
                 for c in state.cards
@@ -189,6 +200,7 @@ class SimDriver:
 
     def instances(self, card: int) -> list[Instance]:
         def read(state: SimState) -> list[Instance]:
+            self._remember(state)
             found = _card(state, card, "list", NotFoundError)
             return [_to_instance(found, i) for i in sorted(found.instances, key=lambda i: i.start)]
 
@@ -211,6 +223,18 @@ class SimDriver:
             # Not holding the lock: the instance stays listed (state "destroying") meanwhile.
             self._sleep(delay)
             self._transact("destroy", partial(_finish_destroy, expected=expected))
+
+    def same_partition(self, recorded: Instance, listed: Instance) -> bool:
+        """The rule of the card's vendor: NVIDIA's and T-Head's slot identity, Hygon's issued one.
+        The card's model comes from the enumeration that listed `listed`, so no read is needed."""
+        model = self._models.get(listed.card)
+        if model is None:
+            model = self._transact("identity", lambda s: _card(s, listed.card, "identity",
+                                                               NotFoundError).model)
+        return identity_rule(model)(recorded, listed)
+
+    def _remember(self, state: SimState) -> None:
+        self._models = {c.index: c.model for c in state.cards}
 
     def is_busy(self, instance: Instance) -> bool:
         return self._transact("busy", lambda s: _find(s, instance, "busy")[1].busy)
@@ -353,15 +377,10 @@ def _find(state: SimState, expected: Instance, op: str) -> tuple[SimCard, SimIns
     for inst in card.instances:
         if inst.gi_id != expected.gi_id:
             continue
-        if (inst.uuid, inst.start, inst.profile) != (
-            expected.uuid,
-            expected.start,
-            expected.profile,
-        ):
-            cause = (
-                f"GPU instance {inst.gi_id} is {inst.profile} at start {inst.start}, {inst.uuid}"
-            )
-            raise IdentityMismatchError(op, card.index, expected.uuid, cause)
+        found = _to_instance(card, inst)
+        if not identity_rule(card.model)(expected, found):
+            mismatch = identity_mismatch(expected, found)
+            raise IdentityMismatchError(op, card.index, mismatch.instance, mismatch.cause)
         return card, inst
     raise NotFoundError(op, card.index, expected.uuid, f"no GPU instance {expected.gi_id} exists")
 

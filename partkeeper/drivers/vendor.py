@@ -1,4 +1,4 @@
-"""What the T-Head and Hygon drivers share: profile names, models, placement and identity checks.
+"""What the T-Head and Hygon drivers share: profile names, models and placement checks.
 
 Pure functions over what a vendor library reported; the drivers keep the library calls.
 """
@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import (
-    IdentityMismatchError,
     Instance,
     InstanceSpec,
     PlacementError,
@@ -86,21 +85,6 @@ def refuse_overlap(spec: InstanceSpec, size: int, existing: Iterable[Instance]) 
         if profiles.overlaps((spec.start, size), other.placement):
             cause = f"slices {spec.start}-{spec.start + size - 1} overlap this {other.profile}"
             raise PlacementError("create", spec.card, other.uuid or f"GI {other.gi_id}", cause)
-
-
-def check_identity(expected: Instance, found: Instance) -> None:
-    """`found` (what now sits at expected's GI id) must be `expected`, or nothing is destroyed.
-
-    A GI whose CI is gone (an interrupted create or destroy) has no UUID to compare; then profile
-    and placement decide, as for NVIDIA."""
-    same_uuid = found.uuid == expected.uuid or not found.uuid
-    if same_uuid and (found.profile, found.start) == (expected.profile, expected.start):
-        return
-    now = found.uuid or "no compute instance"
-    cause = f"GPU instance {found.gi_id} is {found.profile} at start {found.start} with {now}"
-    raise IdentityMismatchError(
-        "destroy", expected.card, expected.uuid or f"GI {expected.gi_id}", cause
-    )
 
 
 def one_partition(instances: Sequence[Instance], vendor: str) -> Instance:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from partkeeper.claims import inventory
 from schemas import Claim, NodeCapacity
 from schemas.documents import CardView, InstanceView, ResourceCapacity
 from services.allocator import capacity, tokens
@@ -52,7 +51,7 @@ def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float
 def _card_view(snap: Snapshot, index: int, free: dict[str, int]) -> CardView:
     card = snap.cards[index]
     doc = snap.docs[index]
-    inv = inventory.classify(doc, list(snap.instances.get(index, ())))
+    inv = snap.inventory(index)
     owner = {(i.uuid, i.gi_id): cid for cid, i in (*inv.owned.items(), *inv.unrecorded.items())}
     views = [
         InstanceView(

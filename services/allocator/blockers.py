@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from partkeeper.claims import inventory
 from partkeeper.drivers.profiles import overlaps
 from partkeeper.podstate import reclaimable_now
 from schemas import Claim
@@ -37,8 +36,8 @@ def reclaim_plan(offer: Offer, snap: Snapshot, count: int) -> list[Claim] | None
     """The dead holders to destroy so that `count` instances of the offer fit; None if no plan."""
     dead = {c.id: c for c in _relevant(offer, snap) if _reclaimable(c, snap)}
     theirs: dict[tuple[int, int], str] = {}  # (card, GI id) of an instance -> its dead claim
-    for card, doc in snap.docs.items():
-        inv = inventory.classify(doc, list(snap.instances.get(card, ())))
+    for card in snap.docs:
+        inv = snap.inventory(card)
         for claim_id, inst in (*inv.owned.items(), *inv.unrecorded.items()):
             if claim_id in dead:
                 theirs[(card, inst.gi_id)] = claim_id
@@ -79,7 +78,7 @@ def describe(
                  if c.card == card and c.kind == offer.kind]
         doc = snap.docs.get(card)
         if doc is not None and offer.kind == "partition":
-            inv = inventory.classify(doc, list(snap.instances.get(card, ())))
+            inv = snap.inventory(card)
             parts += [f"a foreign {i.profile} at slices {_span(i.start, i.size)} ({i.uuid})"
                       for i in inv.foreign]
         holders.append(f"card {card}{model} holds " + ("; ".join(parts) or "nothing we can see"))

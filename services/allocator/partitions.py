@@ -38,7 +38,7 @@ async def adopt(ctx: Context, claim: Claim) -> Instance | None:
     except Exception as exc:
         raise Refusal(Result.UNAVAILABLE, f"cannot finish claim {claim.id} of {_who(claim)}: "
                       f"reading card {claim.card} failed ({exc}); kubelet may retry") from exc
-    found = inventory.classify(doc, instances).unrecorded.get(claim.id)
+    found = inventory.classify(doc, instances, ctx.driver.same_partition).unrecorded.get(claim.id)
     return found if found is not None and found.complete else None
 
 

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from partkeeper.claims import StoreReadError
-from partkeeper.drivers import Card, DriverError, Instance
+from partkeeper.claims.inventory import Inventory, classify
+from partkeeper.drivers import Card, DriverError, IdentityRule, Instance
 from schemas import CardClaims, Claim
 from services.allocator.context import Context
 
@@ -28,6 +29,7 @@ class Snapshot:
     docs: Mapping[int, CardClaims]
     revisions: Mapping[int, int]
     instances: Mapping[int, tuple[Instance, ...]]
+    same: IdentityRule  # the driver's identity rule (`same_partition`), for `inventory`
     dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
     read_at: float = 0.0  # wall-clock time of the read (claims' ages are judged against it)
 
@@ -38,6 +40,10 @@ class Snapshot:
     @property
     def all_instances(self) -> list[Instance]:
         return [i for card in sorted(self.instances) for i in self.instances[card]]
+
+    def inventory(self, card: int) -> Inventory:
+        """The card's instances matched to its claims by the driver's identity rule."""
+        return classify(self.docs[card], list(self.instances.get(card, ())), self.same)
 
     def is_dead(self, uid: str) -> bool:
         return uid in self.dead
@@ -81,5 +87,5 @@ async def read(ctx: Context, claims: ClaimsRead | None = None) -> Snapshot:
     instances = await read_instances(ctx)
     uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
-    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances, dead,
-                    time.time())
+    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances,
+                    ctx.driver.same_partition, dead, time.time())

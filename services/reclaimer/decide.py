@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Literal
 
 from partkeeper.claims import inventory
-from partkeeper.drivers.base import Instance
+from partkeeper.drivers.base import IdentityRule, Instance
 from partkeeper.podstate import is_dead
 from schemas import CardClaims, Claim
 
@@ -46,11 +46,14 @@ class Decision:
     wait: float = 0.0  # WAIT: at most this long before deciding again (0: the usual retry)
 
 
-def sighting(doc: CardClaims, claim_id: str, instances: list[Instance] | None) -> Sighting:
-    """Match the claim to the enumeration through `inventory.classify` (None: read failed)."""
+def sighting(
+    doc: CardClaims, claim_id: str, instances: list[Instance] | None, same: IdentityRule
+) -> Sighting:
+    """Match the claim to the enumeration through `inventory.classify` with the driver's identity
+    rule `same` (instances None: the read failed)."""
     if instances is None:
         return Sighting(listed=False)
-    inv = inventory.classify(doc, instances)
+    inv = inventory.classify(doc, instances, same)
     present = inv.owned.get(claim_id) or inv.unrecorded.get(claim_id)
     return Sighting(listed=True, present=present)
 

@@ -113,7 +113,7 @@ class Reconciler:
         for card, doc in snap.docs.items():
             for claim in doc.claims.values():
                 evidence = verdicts.get(claim.pod_uid) or Evidence("no-answer", "reconcile")
-                seen = sighting(doc, claim.id, snap.after.get(card))
+                seen = sighting(doc, claim.id, snap.after.get(card), self.ctx.driver.same_partition)
                 chosen = decide(claim, seen, evidence.pod, now,
                                 create_timeout=self.ctx.tuning.create_timeout)
                 if chosen.step is Step.KEEP:
@@ -127,7 +127,7 @@ class Reconciler:
         for card, instances in snap.before.items():
             doc = snap.docs.get(card) or machine.empty(self.ctx.node, card)
             still = {foreign.key(i) for i in snap.after[card]}
-            found = inventory.classify(doc, instances).foreign
+            found = inventory.classify(doc, instances, self.ctx.driver.same_partition).foreign
             current.extend(i for i in found if foreign.key(i) in still)
         now = time.time()
         change = foreign.diff(self.known, current, now)

@@ -67,7 +67,8 @@ async def attempt(
     if claim is None:
         return Outcome(card, claim_id, True, "the claim is no longer in the store")
     instances = await ctx.instances(card)
-    chosen = decide(claim, sighting(doc, claim_id, instances), evidence.pod, time.time(),
+    seen = sighting(doc, claim_id, instances, ctx.driver.same_partition)
+    chosen = decide(claim, seen, evidence.pod, time.time(),
                     create_timeout=ctx.tuning.create_timeout)
     try:
         return await _take(ctx, claim, chosen, evidence, failures)

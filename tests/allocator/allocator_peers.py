@@ -187,7 +187,7 @@ class TableReclaimer:
         if claim.kind == "partition":
             doc, _ = await self.store.read(claim.card)
             instances = await asyncio.to_thread(self.driver.instances, claim.card)
-            inv = inventory.classify(doc, instances)
+            inv = inventory.classify(doc, instances, self.driver.same_partition)
             inst = inv.owned.get(claim.id) or inv.unrecorded.get(claim.id)
             if inst is not None:
                 await asyncio.to_thread(self.driver.destroy, inst)

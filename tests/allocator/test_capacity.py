@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from partkeeper.claims import machine
 from partkeeper.drivers import Card
+from partkeeper.drivers.base import slot_identity
 from partkeeper.drivers.profiles import model, overlaps
 from schemas import CardClaims, NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
@@ -132,7 +133,7 @@ def test_inv5_healthy_free_tokens_never_exceed_what_fits_beside_claims_and_insta
     instances = [Instance(0, "x", s, z, i + 1, 0, f"MIG-{i}") for i, (s, z) in
                  enumerate(physical)]
     doc = CardClaims(node="n", card=0, claims={c.id: c for c in claims})
-    snap = Snapshot({0: H100}, {0: doc}, {0: 1}, {0: tuple(instances)},
+    snap = Snapshot({0: H100}, {0: doc}, {0: 1}, {0: tuple(instances)}, slot_identity,
                     frozenset(c.pod_uid for i, c in enumerate(claims) if i in dead))
     advert = advertise(OFFERS, snap, "n", 0.0)
     taken = [(c.start, c.size) for c in claims] + [i.placement for i in instances]

@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from partkeeper.claims import TransitionError, machine
 from partkeeper.drivers import Card, Instance
+from partkeeper.drivers.base import slot_identity
 from partkeeper.drivers.profiles import model
 from schemas import CardClaims, Claim, ContainerRequest, LiveInstance, PodRecord
 from services.allocator import blockers, catalog, podmatch, retry, tokens
@@ -120,7 +121,8 @@ THREE = OFFERS["nvidia.com/mig-3g.40gb"]
 
 def snap(claims: list[Claim], instances: list[Instance], dead: set[str]) -> Snapshot:
     doc = CardClaims(node="n", card=0, claims={c.id: c for c in claims})
-    return Snapshot({0: H100}, {0: doc}, {0: 1}, {0: tuple(instances)}, frozenset(dead))
+    return Snapshot({0: H100}, {0: doc}, {0: 1}, {0: tuple(instances)}, slot_identity,
+                    frozenset(dead))
 
 
 def live(c: Claim, gi: int) -> tuple[Claim, Instance]:

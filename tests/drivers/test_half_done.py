@@ -48,13 +48,15 @@ def test_a_half_done_destroy_is_finished_and_the_slot_comes_back(no_complaints: 
     [left] = driver.instances(H100)
     assert (left.gi_id, left.ci_id, left.uuid) == (inst.gi_id, -1, "")  # CI gone, GI stays
 
-    inv = inventory.classify(doc, [left])
+    inv = inventory.classify(doc, [left], driver.same_partition)
     assert inv.owned == {claim.id: left} and inv.vanished == [] and inv.foreign == []
-    step = decide(claim, sighting(doc, claim.id, [left]), "gone", time.time(), create_timeout=30)
+    seen = sighting(doc, claim.id, [left], driver.same_partition)
+    step = decide(claim, seen, "gone", time.time(), create_timeout=30)
     assert step.step is Step.DESTROY and step.instance == left
     driver.destroy(step.instance)
     assert driver.instances(H100) == []
-    step = decide(claim, sighting(doc, claim.id, []), "gone", time.time(), create_timeout=30)
+    seen = sighting(doc, claim.id, [], driver.same_partition)
+    step = decide(claim, seen, "gone", time.time(), create_timeout=30)
     assert step.step is Step.REMOVE  # only now is the claim removed
     assert driver.create(InstanceSpec(H100, "3g.40gb", 4)).gi_id == inst.gi_id  # the slot is back
 
@@ -72,7 +74,7 @@ def test_a_remnant_of_another_gpu_instance_is_not_taken_for_the_claim(
     claim = _claim("active", 0, 1, "1g.10gb", live)
     doc = machine.msgspec.structs.replace(machine.empty("n", H100), claims={claim.id: claim})
     listed = driver.instances(H100)
-    inv = inventory.classify(doc, listed)
+    inv = inventory.classify(doc, listed, driver.same_partition)
     assert inv.owned == {claim.id: mine}
     assert [(f.gi_id, f.uuid) for f in inv.foreign] == [(other.gi_id, "")]
 

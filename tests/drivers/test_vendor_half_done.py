@@ -41,9 +41,10 @@ def test_a_half_done_destroy_is_finished_and_the_slot_comes_back(
         vh.driver.destroy(inst)
     [left] = vh.driver.instances(0)
     assert (left.gi_id, left.ci_id, left.uuid) == (inst.gi_id, -1, "")
-    inv = inventory.classify(doc, [left])
+    inv = inventory.classify(doc, [left], vh.driver.same_partition)
     assert inv.owned == {claim.id: left} and inv.foreign == []
-    step = decide(claim, sighting(doc, claim.id, [left]), "gone", time.time(), create_timeout=30)
+    seen = sighting(doc, claim.id, [left], vh.driver.same_partition)
+    step = decide(claim, seen, "gone", time.time(), create_timeout=30)
     assert step.step is Step.DESTROY and step.instance == left
     vh.driver.destroy(step.instance)
     assert vh.driver.instances(0) == []
@@ -63,7 +64,7 @@ def test_a_claim_of_a_predecessor_owns_its_successor_only_where_the_vendor_reuse
     claim, doc = _doc(first, "active")
     vh.driver.destroy(first)
     successor = vh.driver.create(InstanceSpec(0, profile, start))
-    inv = inventory.classify(doc, [successor])
+    inv = inventory.classify(doc, [successor], vh.driver.same_partition)
     if kind == "hgml":
         assert inv.owned == {claim.id: successor}
     else:

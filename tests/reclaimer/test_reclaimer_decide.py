@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partkeeper.drivers.base import Instance
+from partkeeper.drivers.base import IdentityRule, Instance, issued_identity, slot_identity
 from partkeeper.podstate import is_dead
 from schemas import CardClaims, Claim, LiveInstance
 from services.reclaimer.decide import Sighting, Step, decide, sighting
@@ -97,10 +97,13 @@ claims = st.builds(
 verdicts = st.sampled_from(["live", "finished", "gone", "unknown", "no-answer"])
 
 
-@given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts)
-def test_decisions_never_destroy_what_they_should_not(c: Claim, listing, pod: str) -> None:
+@given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts,
+       same=st.sampled_from([slot_identity, issued_identity]))
+def test_decisions_never_destroy_what_they_should_not(
+    c: Claim, listing, pod: str, same: IdentityRule
+) -> None:
     doc = CardClaims(node="n", card=0, claims={c.id: c})
-    seen = sighting(doc, c.id, listing)
+    seen = sighting(doc, c.id, listing, same)
     chosen = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
     assert chosen == decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
     if c.state not in ("creating", "active", "releasing"):
@@ -109,9 +112,8 @@ def test_decisions_never_destroy_what_they_should_not(c: Claim, listing, pod: st
     if chosen.step is Step.DESTROY:
         # Only a released claim, only on a successful enumeration, only its own instance.
         assert c.state == "releasing" and listing is not None and chosen.instance in listing
-        if c.instance is not None:
-            assert (chosen.instance.uuid, chosen.instance.gi_id) == (c.instance.uuid,
-                                                                     c.instance.gi_id)
+        if c.instance is not None:  # every vendor's rule: a complete instance by its UUID
+            assert chosen.instance.uuid == c.instance.uuid
         else:
             assert (chosen.instance.profile, chosen.instance.start) == (c.profile, c.start)
             assert NOW - c.created_at >= TIMEOUT
