@@ -23,6 +23,7 @@ CAPS_GFX = 0x2
 MIG_ENABLE = 1
 ENGINE_SHARED = 0
 MAX_INSTANCES = 32
+PPU_HOME = "/usr/local/PPU_SDK"  # the SDK's default home, where the library is looked for
 
 
 class Handle(Structure):
@@ -124,7 +125,7 @@ def candidates(env: dict[str, str] | None = None) -> list[str]:
     """Where libhgml.so is looked for: the loader's path, then `$PPU_HOME/lib64`, `$PPU_HOME/lib`
     (`PPU_HOME` defaults to /usr/local/PPU_SDK)."""
     env = dict(os.environ) if env is None else env
-    home = env.get("PPU_HOME") or "/usr/local/PPU_SDK"
+    home = env.get("PPU_HOME") or PPU_HOME
     return ["libhgml.so", f"{home}/lib64/libhgml.so", f"{home}/lib/libhgml.so"]
 
 

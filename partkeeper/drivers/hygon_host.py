@@ -22,6 +22,8 @@ from partkeeper.drivers.base import ContainerEdits, HostMount, Instance, ReadErr
 REGISTRY = "/etc/dmi_mig_config"
 HYHAL = "/opt/hyhal"
 CONTROL_NODES = ("/dev/kfd", "/dev/mkfd")
+DRI_DIR = "/dev/dri"  # the card's card<N> and renderD<M>
+PCI_DEVICES = "/sys/bus/pci/devices"  # per card: unique_id, drm/
 VISIBLE_ENV = "DMI_MIG_VISIBLE_DEVICE"
 _PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
@@ -50,7 +52,7 @@ def pci_bus_id(root: Path, card: int) -> str:
 
 def card_uuid(root: Path, card: int, pci: str) -> str:
     """`GPU-` + the card's unique id, the one ROCm SMI reports (sysfs `unique_id`)."""
-    path = host(root, f"/sys/bus/pci/devices/{pci}/unique_id")
+    path = host(root, f"{PCI_DEVICES}/{pci}/unique_id")
     try:
         unique = path.read_text().strip().lower().removeprefix("0x")
     except OSError as exc:
@@ -106,7 +108,7 @@ def remove_leftover(root: Path, record: str) -> None:
 
 
 def _drm_nodes(root: Path, inst: Instance, pci: str) -> list[str]:
-    drm = host(root, f"/sys/bus/pci/devices/{pci}/drm")
+    drm = host(root, f"{PCI_DEVICES}/{pci}/drm")
     try:
         names = sorted(os.listdir(drm))
     except OSError as exc:
@@ -117,7 +119,7 @@ def _drm_nodes(root: Path, inst: Instance, pci: str) -> list[str]:
     if len(card) != 1 or len(render) != 1:
         cause = f"{pci} has DRM nodes {names}, not one card<N> and one renderD<M>"
         raise ReadError("allocate", inst.card, inst.uuid, cause)
-    return [f"/dev/dri/{card[0]}", f"/dev/dri/{render[0]}"]
+    return [f"{DRI_DIR}/{card[0]}", f"{DRI_DIR}/{render[0]}"]
 
 
 def _node(root: Path, path: str, inst: Instance) -> DeviceNode:

@@ -22,6 +22,9 @@ from partkeeper.devices import DeviceNode
 from partkeeper.drivers.base import ContainerEdits, Instance, ReadError
 
 CONTROL_NODES = ("/dev/alixpu", "/dev/alixpu_ctl")
+PPU_NODE = "/dev/alixpu_ppu"  # + the ordinal
+CAPS_DIR = "/dev/alixpu-caps"  # the capability nodes, made with each instance
+PROC_CAPABILITIES = "/proc/driver/alixpu/capabilities"
 _MINOR = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
 
 
@@ -30,7 +33,7 @@ def host(root: Path, path: str) -> Path:
 
 
 def capability_record(ordinal: int, gi_id: int, ci_id: int | None = None) -> str:
-    base = f"/proc/driver/alixpu/capabilities/ppu{ordinal}/mig/gi{gi_id}"
+    base = f"{PROC_CAPABILITIES}/ppu{ordinal}/mig/gi{gi_id}"
     return f"{base}/access" if ci_id is None else f"{base}/ci{ci_id}/access"
 
 
@@ -75,12 +78,12 @@ def edits(root: Path, proc_root: Path, inst: Instance, card_minor: int) -> Conta
         cause = "the GPU instance has no compute instance, so there is nothing to hand over"
         raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
     nodes = [require_node(root, path, inst) for path in CONTROL_NODES]
-    nodes.append(require_node(root, f"/dev/alixpu_ppu{inst.card}", inst, card_minor))
+    nodes.append(require_node(root, f"{PPU_NODE}{inst.card}", inst, card_minor))
     for record in (
         capability_record(inst.card, inst.gi_id),
         capability_record(inst.card, inst.gi_id, inst.ci_id),
     ):
         minor = read_minor(proc_root, record, inst)
-        path = f"/dev/alixpu-caps/alixpu-cap{minor}"
+        path = f"{CAPS_DIR}/alixpu-cap{minor}"
         nodes.append(require_node(root, path, inst, minor, permissions="r"))
     return ContainerEdits(devices=tuple(nodes))

@@ -10,8 +10,6 @@ no schema for; its fields are asserted here instead.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +19,25 @@ import kubernetes_validate
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-SERVICES = ("watcher", "allocator", "reclaimer", "gc")
-K8S_VERSION = "1.30"
+from tests_support.manifests import (
+    DEPLOY,
+    K8S_VERSION,
+    ROOT,
+    SERVICES,
+    containers,
+    env,
+    host_paths,
+    mounts,
+    one,
+    pod,
+    render,
+    validate,
+    with_components,
+)
+
 OVERLAYS = sorted(p.parent.relative_to(DEPLOY).as_posix()
                   for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
 COMPONENTS = sorted(p.parent.name for p in (DEPLOY / "components").glob("*/kustomization.yaml"))
-CRDS = {"monitoring.coreos.com/v1"}
 
 
 def _check_compose(path: Path) -> subprocess.CompletedProcess[str]:
@@ -62,63 +71,6 @@ def test_compose_runs_every_service_and_the_simulated_cluster() -> None:
     assert doc["x-service"]["build"]["args"]["EXTRAS"] == "sim"  # the simulator is in this image
 
 
-def render(directory: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed; `kubectl kustomize` cannot render deploy/")
-    out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def with_component(component: str, tmp_path: Path) -> Path:
-    """An overlay of the base with one component, as an operator would write it."""
-    overlay = tmp_path / component
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(DEPLOY / "base", overlay)],  # kustomize wants relative
-        "components": [os.path.relpath(DEPLOY / "components" / component, overlay)],
-    }))
-    return overlay
-
-
-# Kinds newer than the base's minimum version are validated at the version that has them.
-NEWER_APIS = {"resource.k8s.io/v1": "1.36.0"}
-
-
-def validate(docs: list[dict[str, Any]]) -> None:
-    for doc in docs:
-        if doc["apiVersion"] not in CRDS:
-            version = NEWER_APIS.get(doc["apiVersion"], K8S_VERSION)
-            kubernetes_validate.validate(doc, version, strict=True)
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (found,) = [d for d in docs if d["kind"] == kind]
-    return found
-
-
-def pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(docs, "DaemonSet")["spec"]["template"]["spec"]
-
-
-def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in pod(docs)["containers"]}
-
-
-def env(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
-
-
-def mounts(docs: list[dict[str, Any]], name: str) -> dict[str, dict[str, Any]]:
-    """mountPath -> the volume mounted there, for container `name`."""
-    volumes = {v["name"]: v for v in pod(docs)["volumes"]}
-    return {m["mountPath"]: {**volumes[m["name"]], "mount": m}
-            for m in containers(docs)[name].get("volumeMounts", [])}
-
-
 @pytest.fixture(scope="module")
 def base() -> list[dict[str, Any]]:
     return render(DEPLOY)
@@ -133,7 +85,7 @@ def test_every_overlay_renders_and_validates_strictly(overlay: str) -> None:
 
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_every_component_renders_alone_and_validates(component: str, tmp_path: Path) -> None:
-    validate(render(with_component(component, tmp_path)))
+    validate(render(with_components(tmp_path, component)))
 
 
 def test_the_validator_refuses_an_unknown_field(base: list[dict[str, Any]]) -> None:
@@ -170,13 +122,11 @@ def test_each_service_runs_with_exactly_its_identity(base: list[dict[str, Any]])
 
 
 def test_host_paths_go_only_where_they_are_written(base: list[dict[str, Any]]) -> None:
-    def host(name: str) -> set[str]:
-        return {v["hostPath"]["path"] for v in mounts(base, name).values() if "hostPath" in v}
-
-    assert host("watcher") == set()
-    assert host("allocator") == {"/var/lib/kubelet/device-plugins",
-                                 "/var/lib/kubelet/pod-resources", "/var/lib/partkeeper/pods"}
-    assert host("reclaimer") == host("gc") == {"/var/lib/partkeeper/pods"}
+    assert host_paths(base, "watcher") == set()
+    assert host_paths(base, "allocator") == {
+        "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
+        "/var/lib/partkeeper/pods"}
+    assert host_paths(base, "reclaimer") == host_paths(base, "gc") == {"/var/lib/partkeeper/pods"}
     pods_dir = mounts(base, "gc")["/var/lib/partkeeper/pods"]
     assert not pods_dir["mount"].get("readOnly")  # the GC removes what it collects
 
@@ -306,7 +256,7 @@ def _grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 
 def test_cdi_component_gives_the_spec_dir_to_its_writer_and_its_remover(tmp_path: Path) -> None:
-    docs = render(with_component("cdi", tmp_path))
+    docs = render(with_components(tmp_path, "cdi"))
     data = one(docs, "ConfigMap")["data"]
     assert (data["PK_DEVICE_LIST_STRATEGY"], data["PK_CDI_DIR"]) == ("cdi", "/var/run/cdi")
     holders = [n for n in SERVICES if "/var/run/cdi" in mounts(docs, n)]
@@ -315,7 +265,7 @@ def test_cdi_component_gives_the_spec_dir_to_its_writer_and_its_remover(tmp_path
 
 
 def test_dra_component_gives_the_allocator_what_dra_mode_uses(tmp_path: Path) -> None:
-    docs = render(with_component("dra", tmp_path))
+    docs = render(with_components(tmp_path, "dra"))
     data = one(docs, "ConfigMap")["data"]
     assert data["PK_MODE"] == "dra"
     allocator = mounts(docs, "allocator")
@@ -330,7 +280,7 @@ def test_dra_component_gives_the_allocator_what_dra_mode_uses(tmp_path: Path) ->
 
 
 def test_dra_component_grants_exactly_the_dra_calls(tmp_path: Path) -> None:
-    docs = render(with_component("dra", tmp_path))
+    docs = render(with_components(tmp_path, "dra"))
     roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     verbs = ("get", "list", "watch", "create", "update", "delete")
     assert _grants(roles["partkeeper-dra"]) == {
