@@ -1,0 +1,252 @@
+"""The driver harnesses: each driver on its own node, with the hands a test needs on its "hardware".
+
+One harness per driver kind, and the contract suite (test_contract.py, test_half_done.py) runs on
+every one. A harness describes its node (the partition-mode cards by profiles.py model, then the
+sliced ones), what its vendor does that others do not (identity of a successor, whether busy can be
+read), and which faults its fake can inject; a test reads those and never asks which driver it has.
+
+A driver added later adds a node to `NODES` and a builder to `BUILDERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from fakes.nvml import ERROR_UNKNOWN
+
+from partkeeper.drivers import profiles
+from partkeeper.drivers.base import Driver, Instance
+from partkeeper.drivers.sim import SimDriver, init_state
+from tests_support.clib import FakeLibrary
+
+from .vendor_rigs import hygon_rig, open_dmi, open_hgml, thead_rig
+
+
+@dataclass(frozen=True)
+class Node:
+    partition: tuple[str, ...]  # models of the partition-mode cards, numbered from 0
+    sliced: tuple[str, ...] = ()  # models of the sliced cards, numbered after them
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.partition + self.sliced
+
+
+NVIDIA_NODE = Node(("H100-80GB", "A100-40GB", "H200-141GB"), ("A100-40GB",))
+THEAD_NODE = Node(("PPU-96GB",), ("PPU-96GB",))
+# Hygon's MIG mode is node-wide: every card is in partition mode or every card is sliced.
+HYGON_NODE = Node(("DCU-64GB", "DCU-64GB"))
+
+NODES: dict[str, Node] = {
+    "sim": NVIDIA_NODE, "nvml": NVIDIA_NODE,
+    "sim-ppu": THEAD_NODE, "hgml": THEAD_NODE,
+    "sim-dcu": HYGON_NODE, "dmi": HYGON_NODE,
+}  # fmt: skip
+KINDS = list(NODES)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One profile on the first card of its model in a harness's node (conftest's `shape`)."""
+
+    card: int
+    model: str
+    profile: profiles.Profile
+
+
+def shapes(kind: str) -> list[Shape]:
+    """Every profile of every model among the partition-mode cards of `kind`'s node."""
+    node = NODES[kind]
+    firsts = {model: node.partition.index(model) for model in dict.fromkeys(node.partition)}
+    return [
+        Shape(card, model, shape)
+        for model, card in firsts.items()
+        for shape in profiles.model(model).profiles.values()
+    ]
+
+
+# Vendors whose successor at the same slot gets its predecessor's UUID (name-based MIG identity);
+# Hygon issues a fresh one on every create (docs/drivers.md, Identity per driver).
+REPRODUCED_IDENTITY: frozenset[profiles.Vendor] = frozenset({"nvidia", "thead"})
+
+# What a fake can break. `list`: the next enumeration of GPU instances; `gi_destroy`: the next
+# GPU-instance destroy (a destroy stops after the CI is gone); `ci_create`: the next compute-
+# instance create (a create stops after the GI exists).
+Fault = Literal["list", "gi_destroy", "ci_create"]
+# The entry point each fault breaks, after the library's prefix (DMI keeps NVML's names).
+FAULT_CALLS: dict[Fault, str] = {
+    "list": "DeviceGetGpuInstances",
+    "gi_destroy": "GpuInstanceDestroy",
+    "ci_create": "GpuInstanceCreateComputeInstance",
+}
+SIM_HALVES = "the sim makes and removes a partition in one step, so nothing is left half-done"
+
+
+class Hands:
+    """What a test does to the "hardware" that no driver call does."""
+
+    cannot: Mapping[Fault, str] = {}  # faults this fake cannot inject, and why
+
+    def set_busy(self, instance: Instance, on: bool) -> None:
+        raise NotImplementedError
+
+    def fail(self, fault: Fault) -> None:
+        raise NotImplementedError
+
+    def complaints(self) -> tuple[int, str]:
+        """Calls a real library would have rejected (none on the sim)."""
+        return 0, ""
+
+
+class SimHands(Hands):
+    cannot = {"gi_destroy": SIM_HALVES, "ci_create": SIM_HALVES}
+
+    def __init__(self, driver: SimDriver) -> None:
+        self.driver = driver
+
+    def set_busy(self, instance: Instance, on: bool) -> None:
+        self.driver.set_busy(instance.uuid, on)
+
+    def fail(self, fault: Fault) -> None:
+        assert fault not in self.cannot, self.cannot[fault]
+        self.driver.fail("list", 1)
+
+
+class LibraryHands(Hands):
+    """A fake C library: failures armed on its entry points, busy set through its controls."""
+
+    def __init__(
+        self, fake: FakeLibrary, prefix: str, busy: Callable[[Instance, bool], None]
+    ) -> None:
+        self.fake = fake
+        self.prefix = prefix
+        self.busy = busy
+
+    def set_busy(self, instance: Instance, on: bool) -> None:
+        self.busy(instance, on)
+
+    def fail(self, fault: Fault) -> None:
+        self.fake.fail(self.prefix + FAULT_CALLS[fault], ERROR_UNKNOWN)
+
+    def complaints(self) -> tuple[int, str]:
+        return self.fake.complaints()
+
+
+@dataclass
+class Harness:
+    kind: str
+    driver: Driver
+    node: Node
+    hands: Hands
+    busy_unknown: str | None = None  # why is_busy cannot answer (its ReadError says so), if so
+
+    @property
+    def vendor(self) -> profiles.Vendor:
+        return profiles.model(self.node.partition[0]).vendor
+
+    @property
+    def reproduces_identity(self) -> bool:
+        return self.vendor in REPRODUCED_IDENTITY
+
+    @property
+    def tables(self) -> dict[str, profiles.Profile]:
+        """The profiles of card 0, where the single-card contract runs."""
+        return profiles.model(self.node.partition[0]).profiles
+
+    @property
+    def smallest(self) -> profiles.Profile:
+        return min(self.tables.values(), key=lambda p: p.size)
+
+    @property
+    def largest(self) -> profiles.Profile:
+        return max(self.tables.values(), key=lambda p: p.size)
+
+    @property
+    def away_from_zero(self) -> tuple[profiles.Profile, int]:
+        """The largest profile with more than one placement, at its last start: a partition whose
+        slot is not the card's first (H100 3g.40gb at 4, PPU 4g.48gb at 4, DCU 4g.31gb at 2)."""
+        shape = max((p for p in self.tables.values() if len(p.starts) > 1), key=lambda p: p.size)
+        return shape, shape.starts[-1]
+
+    def require(self, *faults: Fault) -> None:
+        """Skip the test unless this harness's fake can inject every one of `faults`."""
+        for fault in faults:
+            if fault in self.hands.cannot:
+                pytest.skip(f"{self.kind}: {self.hands.cannot[fault]}")
+
+    def fail(self, fault: Fault) -> None:
+        """The next call of `fault`'s kind fails with an error the driver cannot classify."""
+        self.hands.fail(fault)
+
+    def set_busy(self, instance: Instance, on: bool) -> None:
+        self.hands.set_busy(instance, on)
+
+
+def sim_state(path: Path, node: Node) -> Path:
+    init_state(path, list(node.partition), list(node.sliced))
+    return path
+
+
+def _sim(kind: str) -> Callable[[pytest.FixtureRequest], Harness]:
+    def build(request: pytest.FixtureRequest) -> Harness:
+        tmp: Path = request.getfixturevalue("tmp_path")
+        driver = SimDriver(sim_state(tmp / "sim.json", NODES[kind]))
+        return Harness(kind, driver, NODES[kind], SimHands(driver))
+
+    return build
+
+
+def _nvml(request: pytest.FixtureRequest) -> Harness:
+    from partkeeper.drivers.nvml import NvmlDriver
+
+    fake = request.getfixturevalue("fake_nvml")  # the NVIDIA node, conftest.py
+
+    def busy(instance: Instance, on: bool) -> None:
+        fake.set_processes(instance.uuid, int(on))
+
+    return Harness("nvml", NvmlDriver(), NODES["nvml"], LibraryHands(fake, "nvml", busy))
+
+
+def _hgml(request: pytest.FixtureRequest) -> Harness:
+    node = NODES["hgml"]
+    modes = [True] * len(node.partition) + [False] * len(node.sliced)
+    rig = thead_rig(_library(request, "hgml"), _tmp(request), _env(request), modes)
+
+    def busy(instance: Instance, on: bool) -> None:
+        rig.fake.set_busy(instance.uuid, on)  # HGML knows the partition by its MIG device UUID
+
+    return Harness("hgml", open_hgml(rig), node, LibraryHands(rig.fake, "hgml", busy))
+
+
+def _dmi(request: pytest.FixtureRequest) -> Harness:
+    node = NODES["dmi"]
+    rig = hygon_rig(_library(request, "dmi"), _tmp(request), _env(request), len(node.partition))
+
+    def busy(instance: Instance, on: bool) -> None:
+        rig.fake.set_busy(instance.uuid.removeprefix("MIG-"), on)  # DMI keeps the bare mig_uuid
+
+    hands = LibraryHands(rig.fake, "nvml", busy)
+    return Harness("dmi", open_dmi(rig), node, hands, busy_unknown="no per-partition process query")
+
+
+def _library(request: pytest.FixtureRequest, kind: str) -> Path:
+    return request.getfixturevalue(f"{kind}_library")  # built once per session, tests/conftest.py
+
+
+def _tmp(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue("tmp_path")
+
+
+def _env(request: pytest.FixtureRequest) -> pytest.MonkeyPatch:
+    return request.getfixturevalue("monkeypatch")
+
+
+BUILDERS: dict[str, Callable[[pytest.FixtureRequest], Harness]] = {
+    "sim": _sim("sim"), "nvml": _nvml,
+    "sim-ppu": _sim("sim-ppu"), "hgml": _hgml,
+    "sim-dcu": _sim("sim-dcu"), "dmi": _dmi,
+}  # fmt: skip
