@@ -173,6 +173,8 @@ def test_identity_of_a_successor_at_the_same_slot_follows_the_vendor(harness: Ha
     successor = harness.driver.create(InstanceSpec(0, small.name, small.starts[0]))
     assert (successor.gi_id, successor.start) == (first.gi_id, first.start)
     assert successor.uuid != neighbour.uuid
+    # The driver's own identity rule says the same as what its destroy does below.
+    assert harness.driver.same_partition(first, successor) is harness.reproduces_identity
     if harness.reproduces_identity:
         assert successor == first  # same GI id, placement and UUID: the measured hazard
         # So the driver cannot tell a stale record from the live successor; only claims can. The
@@ -186,6 +188,16 @@ def test_identity_of_a_successor_at_the_same_slot_follows_the_vendor(harness: Ha
         assert _by_gi(harness.driver.instances(0)) == _by_gi([neighbour, successor])
 
 
+def test_each_listed_partition_is_what_its_create_reported_by_the_drivers_rule(
+    harness: Harness,
+) -> None:
+    small = harness.smallest
+    made = [harness.driver.create(InstanceSpec(0, small.name, s)) for s in small.starts[:2]]
+    listed = harness.driver.instances(0)
+    for inst in made:
+        assert [i for i in listed if harness.driver.same_partition(inst, i)] == [inst]
+
+
 @pytest.mark.parametrize("change", ["uuid", "start", "profile"])
 def test_destroy_with_a_wrong_identity_is_refused(harness: Harness, change: str) -> None:
     small = harness.smallest
@@ -196,6 +208,7 @@ def test_destroy_with_a_wrong_identity_is_refused(harness: Harness, change: str)
         "start": {"start": small.starts[1]},
         "profile": {"profile": other},
     }[change])  # fmt: skip
+    assert not harness.driver.same_partition(wrong, inst)
     with pytest.raises(IdentityMismatchError) as err:
         harness.driver.destroy(wrong)
     assert "card 0" in str(err.value) and f"GPU instance {inst.gi_id}" in str(err.value)

@@ -68,6 +68,20 @@ def test_a_half_done_destroy_is_finished_and_the_slot_comes_back(harness: Harnes
     assert driver.create(InstanceSpec(0, profile.name, start)).gi_id == inst.gi_id  # slot is back
 
 
+def test_a_destroy_with_the_recorded_identity_finishes_a_half_done_one(harness: Harness) -> None:
+    harness.require("gi_destroy")
+    driver = harness.driver
+    profile, start = harness.away_from_zero
+    inst = driver.create(InstanceSpec(0, profile.name, start))
+    harness.fail("gi_destroy")
+    with pytest.raises(UnknownError):
+        driver.destroy(inst)
+    [left] = driver.instances(0)
+    assert driver.same_partition(inst, left)  # the remnant is the recorded partition
+    driver.destroy(inst)
+    assert driver.instances(0) == []
+
+
 def test_a_remnant_of_another_gpu_instance_is_not_taken_for_the_claim(harness: Harness) -> None:
     harness.require("gi_destroy")
     driver = harness.driver
