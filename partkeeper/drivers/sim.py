@@ -47,6 +47,7 @@ from partkeeper.drivers.base import (
 from partkeeper.drivers.sim_state import (
     FAULT_ERRORS,
     FAULT_OPS,
+    HALFWAY_OPS,
     LATENCY_OPS,
     LOCK_TIMEOUT_SECONDS,
     STATE_VERSION,
@@ -170,12 +171,20 @@ class SimDriver:
         mutate: Callable[[SimState], T],
         fault: FaultOp | None = None,
         where: _Where = (None, None),
+        halfway: Callable[[SimState], object] | None = None,
     ) -> T:
-        """The one writer: `mutate` raises before it changes anything, or returns."""
+        """The one writer: `mutate` raises before it changes anything, or returns. `halfway` is
+        the first of the operation's two steps, taken when a `halfway` fault is armed."""
         with self._locked(op):
             state = self._read(op)
-            if fault is not None and (error := _take_fault(state, fault, op, where)) is not None:
-                write_state(self.path, state)  # the countdown must persist even though the op fails
+            taken = _take_fault(state, fault, op, where) if fault is not None else None
+            if taken is not None:
+                error, kind = taken
+                try:
+                    if kind == "halfway" and halfway is not None:
+                        halfway(state)  # may refuse as the whole operation would (nothing made)
+                finally:
+                    write_state(self.path, state)  # the countdown persists though the op fails
                 raise error
             before = encode_state(state)
             result = mutate(state)
@@ -212,12 +221,14 @@ class SimDriver:
             # Slept outside the lock: other processes keep working, as they would on hardware.
             self._sleep(delay)
         place = partial(_place, spec=spec, op="create", carved=False)
-        return self._transact("create", place, "create", (spec.card, None))
+        half = partial(_half_create, spec=spec)
+        return self._transact("create", place, "create", (spec.card, None), half)
 
     def destroy(self, expected: Instance) -> None:
         where = (expected.card, expected.uuid)
         delay = self._transact(
-            "destroy", partial(_begin_destroy, expected=expected), "destroy", where
+            "destroy", partial(_begin_destroy, expected=expected), "destroy", where,
+            partial(_half_destroy, expected=expected),
         )
         if delay:
             # Not holding the lock: the instance stays listed (state "destroying") meanwhile.
@@ -271,7 +282,7 @@ class SimDriver:
         def mutate(state: SimState) -> Instance:
             for card in state.cards:
                 for inst in card.instances:
-                    if inst.uuid == instance_uuid:
+                    if instance_uuid and inst.uuid == instance_uuid:
                         inst.busy = on
                         return _to_instance(card, inst)
             raise NotFoundError("busy", None, instance_uuid, "no instance has this UUID")
@@ -285,6 +296,9 @@ class SimDriver:
                 f"cannot inject {times} {error!r} failures into {op!r}: op is one of "
                 f"{', '.join(FAULT_OPS)}, error one of {', '.join(FAULT_ERRORS)}, times >= 0"
             )
+        if error == "halfway" and op not in HALFWAY_OPS:
+            raise ValueError(f"cannot stop {op!r} halfway: only "
+                             f"{' and '.join(HALFWAY_OPS)} have two steps")
 
         def mutate(state: SimState) -> dict[str, Any]:
             state.faults[op] = Fault(times, error)
@@ -311,14 +325,21 @@ class SimDriver:
 # -- pure transaction bodies (each raises before it mutates) ------------------------------------
 
 
-def _take_fault(state: SimState, op: FaultOp, label: str, where: _Where) -> DriverError | None:
+def _take_fault(
+    state: SimState, op: FaultOp, label: str, where: _Where
+) -> tuple[DriverError, FaultKind] | None:
     fault = state.faults.get(op)
     if fault is None or fault.times <= 0:
         return None
     fault.times -= 1
     cause = f"injected {fault.error} failure ({fault.times} more to come)"
+    if fault.error == "halfway":
+        left = "its GPU instance was made, its compute instance was not, and undoing it failed too"
+        if op == "destroy":
+            left = "its compute instance was destroyed, its GPU instance was not"
+        cause = f"{cause}: {left}"
     kind = ReadError if op == "list" else InUseError if fault.error == "in_use" else UnknownError
-    return kind(label, *where, cause)
+    return kind(label, *where, cause), fault.error
 
 
 def _card(state: SimState, index: int, op: str, error: type[DriverError]) -> SimCard:
@@ -361,6 +382,12 @@ def _place(state: SimState, spec: InstanceSpec, op: str, carved: bool) -> Instan
         cause = f"start {spec.start} is not a legal placement of {spec.profile} (legal: {legal})"
         raise PlacementError(op, card.index, None, cause)
     other = _collision(card, spec.start, profile.size)
+    if other is not None and op == "create" and _left_without_ci(other, spec):
+        # What a create stopped halfway left: the retried create makes its compute instance,
+        # as the real drivers complete such a GPU instance rather than refuse the slot.
+        other.ci_id = 0
+        other.uuid = instance_uuid(card, other.gi_id, 0, spec.profile, spec.start)
+        return _to_instance(card, other)
     if other is not None:
         last = spec.start + profile.size - 1
         cause = f"slices {spec.start}-{last} overlap this {other.profile} at start {other.start}"
@@ -370,6 +397,23 @@ def _place(state: SimState, spec: InstanceSpec, op: str, carved: bool) -> Instan
     inst = SimInstance(gi_id, 0, uuid_, spec.profile, spec.start, profile.size, carved=carved)
     card.instances.append(inst)
     return _to_instance(card, inst)
+
+
+def _left_without_ci(inst: SimInstance, spec: InstanceSpec) -> bool:
+    return inst.ci_id < 0 and (inst.profile, inst.start) == (spec.profile, spec.start)
+
+
+def _half_create(state: SimState, spec: InstanceSpec) -> None:
+    made = _place(state, spec, "create", carved=False)
+    inst = next(i for i in state.cards[spec.card].instances if i.gi_id == made.gi_id)
+    inst.ci_id, inst.uuid = -1, ""
+
+
+def _half_destroy(state: SimState, expected: Instance) -> None:
+    card, inst = _find(state, expected, "destroy")
+    if inst.busy:
+        raise InUseError("destroy", card.index, inst.uuid, "processes are running on the instance")
+    inst.ci_id, inst.uuid = -1, ""
 
 
 def _find(state: SimState, expected: Instance, op: str) -> tuple[SimCard, SimInstance]:

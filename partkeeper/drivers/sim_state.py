@@ -18,13 +18,17 @@ from filelock import FileLock
 from partkeeper.drivers import profiles
 
 FaultOp = Literal["create", "destroy", "list"]
-FaultKind = Literal["in_use", "unknown"]
+FaultKind = Literal["in_use", "unknown", "halfway"]
 LatencyOp = Literal["create", "destroy"]
 
 STATE_VERSION = 1
 LOCK_TIMEOUT_SECONDS = 30.0
 FAULT_OPS: tuple[FaultOp, ...] = ("create", "destroy", "list")
-FAULT_ERRORS: tuple[FaultKind, ...] = ("in_use", "unknown")
+FAULT_ERRORS: tuple[FaultKind, ...] = ("in_use", "unknown", "halfway")
+# `halfway`: the operation stops between its two steps and fails (UnknownError), leaving a GPU
+# instance without compute instance: a create after the GPU instance (and the undo failed too),
+# a destroy after the compute instance. Only create and destroy have two steps.
+HALFWAY_OPS: tuple[FaultOp, ...] = ("create", "destroy")
 LATENCY_OPS: tuple[LatencyOp, ...] = ("create", "destroy")
 # Fixed so that identities are reproducible across processes and re-initialisations.
 _NAMESPACE = uuid.UUID("6f1c3a52-5d0e-4c47-9a7e-2b8f4e1d9c30")
@@ -100,6 +104,9 @@ def check_state(state: SimState) -> None:
             raise ValueError(f"sliced card {position} holds partitions")
         taken: list[SimInstance] = []
         for inst in card.instances:
+            if (inst.ci_id < 0) != (not inst.uuid):
+                raise ValueError(f"instance GI {inst.gi_id} on card {position} has a UUID only "
+                                 "with a compute instance (ci_id -1 and uuid \"\" go together)")
             profile = model.profiles.get(inst.profile)
             if profile is None or inst.start not in profile.starts or inst.size != profile.size:
                 raise ValueError(f"instance {inst.uuid} on card {position} has an illegal shape")

@@ -83,7 +83,6 @@ FAULT_CALLS: dict[Fault, str] = {
     "gi_destroy": "GpuInstanceDestroy",
     "ci_create": "GpuInstanceCreateComputeInstance",
 }
-SIM_HALVES = "the sim makes and removes a partition in one step, so nothing is left half-done"
 
 
 class Hands:
@@ -103,17 +102,27 @@ class Hands:
 
 
 class SimHands(Hands):
-    cannot = {"gi_destroy": SIM_HALVES, "ci_create": SIM_HALVES}
+    """The fakes' faults in the sim's words. The sim is driver and hardware in one, so a stopped
+    compute-instance create alone is a create the driver undid (a plain failure), and with the
+    GPU-instance destroy after it (the undo dying too) a create stopped halfway."""
 
     def __init__(self, driver: SimDriver) -> None:
         self.driver = driver
+        self.armed: set[Fault] = set()
 
     def set_busy(self, instance: Instance, on: bool) -> None:
         self.driver.set_busy(instance.uuid, on)
 
     def fail(self, fault: Fault) -> None:
-        assert fault not in self.cannot, self.cannot[fault]
-        self.driver.fail("list", 1)
+        if fault == "list":
+            self.driver.fail("list", 1)
+        elif fault == "ci_create":
+            self.driver.fail("create", 1, "unknown")
+        elif "ci_create" in self.armed:
+            self.driver.fail("create", 1, "halfway")
+        else:
+            self.driver.fail("destroy", 1, "halfway")
+        self.armed.add(fault)
 
 
 class LibraryHands(Hands):

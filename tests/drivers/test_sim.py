@@ -196,6 +196,50 @@ def test_uuids_are_name_based(sim_path: Path, tmp_path: Path) -> None:
     assert SimDriver(other).cards()[0].uuid != card.uuid
 
 
+def test_a_halfway_failure_leaves_a_gpu_instance_without_compute_instance(sim_path: Path) -> None:
+    """Each two-step operation stopped between its steps, as NVML and its kin can be: the sim
+    shows what is left, and the next operation (the driver's retry) finishes it."""
+    driver = SimDriver(sim_path)
+    inst = driver.create(InstanceSpec(0, "3g.40gb", 4))
+    driver.fail("destroy", 1, "halfway")
+    with pytest.raises(base.UnknownError, match="compute instance was destroyed"):
+        driver.destroy(inst)
+    [left] = driver.instances(0)
+    assert (left.gi_id, left.ci_id, left.uuid, left.start) == (inst.gi_id, -1, "", 4)
+    assert [i["ci_id"] for i in driver.list()["cards"][0]["instances"]] == [-1]
+    with pytest.raises(base.PlacementError):  # the slot is still held
+        driver.create(InstanceSpec(0, "1g.10gb", 4))
+    driver.destroy(inst)  # the recorded identity finishes it
+    assert driver.instances(0) == []
+
+    driver.fail("create", 1, "halfway")
+    with pytest.raises(base.UnknownError, match="undoing it failed too"):
+        driver.create(InstanceSpec(0, "2g.20gb", 2))
+    [left] = driver.instances(0)
+    assert not left.complete
+    done = driver.create(InstanceSpec(0, "2g.20gb", 2))  # the retry completes the same GI
+    assert (done.gi_id, done.complete) == (left.gi_id, True)
+    assert driver.instances(0) == [done]
+
+
+def test_a_halfway_failure_of_a_busy_destroy_is_in_use_and_changes_nothing(sim_path: Path) -> None:
+    driver = SimDriver(sim_path)
+    inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    driver.set_busy(inst.uuid, True)
+    driver.fail("destroy", 1, "halfway")
+    with pytest.raises(base.InUseError):
+        driver.destroy(inst)
+    assert driver.instances(0) == [inst]
+
+
+def test_only_two_step_operations_stop_halfway(sim_path: Path) -> None:
+    driver = SimDriver(sim_path)
+    before = sim_path.read_bytes()
+    with pytest.raises(ValueError, match="only create and destroy have two steps"):
+        driver.fail("list", 1, "halfway")
+    assert sim_path.read_bytes() == before
+
+
 def _corrupt_variants(raw: dict[str, Any]) -> dict[str, bytes]:
     def edited(change: Callable[[dict[str, Any]], None]) -> bytes:
         data = json.loads(json.dumps(raw))
@@ -214,6 +258,9 @@ def _corrupt_variants(raw: dict[str, Any]) -> dict[str, bytes]:
         "unknown key": edited(lambda d: d.update(surprise=True)),
         "negative fault": edited(lambda d: d.update(faults={"create": {"times": -1}})),
         "illegal start": edited(lambda d: d["cards"][0].update(instances=[{**inst, "start": 1}])),
+        "uuid, no ci": edited(lambda d: d["cards"][0].update(instances=[{**inst, "ci_id": -1}])),
+        "ci, no uuid": edited(lambda d: d["cards"][0].update(instances=[{**inst, "uuid": ""}])),
+        "fault error": edited(lambda d: d.update(faults={"list": {"times": 1, "error": "x"}})),
     }
 
 
