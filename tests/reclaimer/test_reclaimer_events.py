@@ -40,6 +40,24 @@ async def test_pod_gone_releases_destroys_and_removes_then_acks(
     assert _sample("partkeeper_reclaim_seconds_count") == before + 2
 
 
+async def test_a_destroy_stopped_halfway_is_finished_before_the_claim_goes(
+    hands: Hands, audit: AuditLog, start_reclaimer
+) -> None:
+    """The sim's halfway destroy removes the compute instance and fails: the claim owns the GPU
+    instance left behind (the driver's identity rule), the retry destroys it, only then the claim
+    and its descriptor go, and nothing is left foreign."""
+    uid = new_uid()
+    claim, inst = await hands.allocate(uid, card=0, start=2)
+    await asyncio.to_thread(hands.driver.fail, "destroy", 1, "halfway")
+    await start_reclaimer()
+    seq = await hands.gone(uid)
+    await until(lambda: hands.acked(seq), "the PodGone event is acknowledged once destroyed")
+    assert await hands.claim(claim) is None and await hands.instances(0) == []
+    assert not hands.descriptor(claim, inst).exists()
+    assert hands.driver.list()["faults"]["destroy"]["times"] == 0  # the halfway one was taken
+    assert audit.of(DestroyFailed, claim_id=claim.id) == []  # one failure, below the threshold
+
+
 async def test_pod_finished_is_reclaimed_like_gone(hands: Hands, start_reclaimer) -> None:
     uid = new_uid()
     claim, inst = await hands.allocate(uid)
