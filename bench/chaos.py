@@ -129,6 +129,13 @@ async def restart_kubelet(run: Run) -> None:
     await run.node.kubelet.restart()
 
 
+async def stop_halfway(run: Run) -> None:
+    """The driver's next create or destroy stops between its two steps and fails (the sim's
+    `halfway` fault): a GPU instance is left without compute instance for the retry to finish."""
+    op = run.rng.choice(("create", "destroy"))
+    await asyncio.to_thread(run.node.driver.fail, op, 1, "halfway")
+
+
 async def time_passes(run: Run) -> None:
     """The model's clock: the kubelet admits, statuses arrive, the reclaimer catches up."""
     await asyncio.sleep(run.rng.choice((0.02, 0.1, 0.4, 1.0)))
@@ -145,6 +152,10 @@ STEPS: tuple[tuple[str, int, Callable[[Run], Awaitable[None]]], ...] = (
     ("restart reclaimer", 1, lambda run: restart(run, "reclaimer")),
     ("restart kubelet", 1, restart_kubelet),
     ("time passes", 8, time_passes),
+)
+# With --driver-faults (off by default, so that a seed replays the sequence it always did).
+DRIVER_FAULT_STEPS: tuple[tuple[str, int, Callable[[Run], Awaitable[None]]], ...] = (
+    ("driver stops halfway", 2, stop_halfway),
 )
 
 
@@ -275,15 +286,17 @@ async def _unsettled(run: Run) -> str | None:
 
 
 async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25,
-                    progress: Callable[[str], None] | None = None) -> Run:
+                    progress: Callable[[str], None] | None = None,
+                    driver_faults: bool = False) -> Run:
     rng = random.Random(seed)
     node = f"chaos-{seed}-{uuid.uuid4().hex[:6]}"
-    weights = [w for _, w, _ in STEPS]
+    menu = STEPS + (DRIVER_FAULT_STEPS if driver_faults else ())
+    weights = [w for _, w, _ in menu]
     async with chaos_node(nc, node) as chaos:
         run = Run(seed, rng, chaos)
         for _ in range(steps):
             run.steps += 1
-            name, _, step = rng.choices(STEPS, weights)[0]
+            name, _, step = rng.choices(menu, weights)[0]
             run.kinds[name] = run.kinds.get(name, 0) + 1
             if progress is not None:
                 progress(f"step {run.steps}: {name}")
@@ -311,7 +324,8 @@ async def _step_and_check(run: Run, step: Callable[[Run], Awaitable[None]],
         await settle(run, everything=False)
 
 
-async def _main(steps: int, seed: int, settle_every: int, verbose: bool) -> int:
+async def _main(steps: int, seed: int, settle_every: int, verbose: bool,
+                driver_faults: bool) -> int:
     server = NatsServer().start()
     try:
         nc = await nats.connect(server.url)
@@ -319,7 +333,7 @@ async def _main(steps: int, seed: int, settle_every: int, verbose: bool) -> int:
         started = time.monotonic()
         show = (lambda line: print(line, file=sys.stderr, flush=True)) if verbose else None
         run = await run_chaos(nc, steps=steps, seed=seed, settle_every=settle_every,
-                              progress=show)
+                              progress=show, driver_faults=driver_faults)
         took = time.monotonic() - started
         await nc.drain()
     finally:
@@ -346,9 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle-every", type=int, default=25)
     parser.add_argument("--verbose", action="store_true", help="print each step as it starts")
+    parser.add_argument("--driver-faults", action="store_true",
+                        help="also make the driver stop creates and destroys halfway")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    return asyncio.run(_main(args.steps, args.seed, args.settle_every, args.verbose))
+    return asyncio.run(_main(args.steps, args.seed, args.settle_every, args.verbose,
+                             args.driver_faults))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ ALLOCATOR = Options(
 )
 RECLAIMER = ReclaimerTuning(fast_base=0.02, fast_cap=0.2, slow_base=0.2, slow_cap=1.0,
                             event_patience=2.0, event_redelivery_cap=0.5, now_wait=3.0,
-                            watcher_timeout=1.0)
+                            watcher_timeout=1.0, create_timeout=5.0)
 WATCHER = WatcherTuning(watch_timeout_seconds=5, request_timeout=(2.0, 10.0), retry_base=0.05,
                         retry_cap=0.5, event_attempts=1)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from partkeeper.drivers.base import DriverError, Instance
-from partkeeper.drivers.sim_state import FAULT_ERRORS
 
 if TYPE_CHECKING:
     from partkeeper.drivers.sim import SimDriver
@@ -68,7 +67,7 @@ def register(
     fail = command("fail", _fail, "make the next K driver calls of an operation fail")
     fail.add_argument("--op", required=True, choices=("create", "destroy", "list"))
     fail.add_argument("--times", type=int, required=True, help="how many calls fail (0 clears)")
-    fail.add_argument("--error", default="unknown", choices=FAULT_ERRORS,
+    fail.add_argument("--error", default="unknown", choices=("in_use", "unknown", "halfway"),
                       help="halfway (create, destroy): stop between the two steps")
 
     latency = command("latency", _latency, "make every later create or destroy take this long")

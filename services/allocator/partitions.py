@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 
 from partkeeper import faults
-from partkeeper.claims import inventory
+from partkeeper.claims import StoreReadError, inventory
 from partkeeper.drivers import DriverError, Instance, InstanceSpec, NotFoundError, PlacementError
 from partkeeper.telemetry import tracing
+from partkeeper.telemetry.logs import decision
 from schemas import Claim
 from services.allocator import writes
 from services.allocator.context import Context
@@ -27,19 +28,47 @@ class Displaced(Exception):
     carved by hand); everything was undone and the caller may plan again."""
 
 
+async def _at_spec(ctx: Context, claim: Claim) -> Instance | None:
+    """The instance exactly at the claim's spec that no claim records, read afresh. Raises
+    StoreReadError or DriverError when the claims or the card cannot be read."""
+    doc, _ = await ctx.store.read(claim.card)
+    instances = await ctx.hardware(ctx.driver.instances, claim.card)
+    return inventory.classify(doc, instances, ctx.driver.same_partition).unrecorded.get(claim.id)
+
+
 async def adopt(ctx: Context, claim: Claim) -> Instance | None:
     """An instance exactly at the claim's spec that no claim records: what a crash between create
     and activate leaves behind. A GPU instance without compute instance (the crash came inside
     the create) is not adopted: it has no UUID to hand out, and the retried create completes it.
     Raises Refusal when the card cannot be enumerated."""
     try:
-        doc, _ = await ctx.store.read(claim.card)
-        instances = await ctx.hardware(ctx.driver.instances, claim.card)
+        found = await _at_spec(ctx, claim)
     except Exception as exc:
         raise Refusal(Result.UNAVAILABLE, f"cannot finish claim {claim.id} of {_who(claim)}: "
                       f"reading card {claim.card} failed ({exc}); kubelet may retry") from exc
-    found = inventory.classify(doc, instances, ctx.driver.same_partition).unrecorded.get(claim.id)
     return found if found is not None and found.complete else None
+
+
+async def failed_create(ctx: Context, claim: Claim, reason: str) -> str:
+    """After the driver failed to create `claim`'s partition: abandon the claim only if the card
+    shows nothing at its spec. A create can fail halfway and its driver's undo fail too, leaving a
+    GPU instance without compute instance; abandoning the claim over it would turn it foreign, a
+    slot lost for good. Then the claim stays `creating` over it, for kubelet's retry to complete
+    it or, once the Pod has ended, the reclaimer to destroy it at the spec. Unreadable counts as
+    left. Returns what happened, as the end of the refusal's sentence."""
+    try:
+        left = await _at_spec(ctx, claim)
+    except (StoreReadError, DriverError) as exc:
+        decision(log, f"cannot tell what the failed create left ({exc}); the claim stays for the "
+                 "reclaimer", pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
+        return ("whether it left anything could not be read, so its claim stays for the "
+                "reclaimer")
+    if left is None:
+        await writes.abandon(ctx, claim, reason)
+        return "nothing is left behind"
+    await writes.leave(ctx, claim, left, reason)
+    return (f"it left GPU instance {left.gi_id} ({left.profile} at {left.start}), which its claim "
+            "keeps for kubelet's retry to complete or the reclaimer to destroy")
 
 
 async def create(ctx: Context, claim: Claim) -> Instance:
@@ -69,10 +98,12 @@ async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) ->
             await undo(ctx, made, claims[len(made):], f"placement taken meanwhile: {exc}")
             raise Displaced(str(exc)) from exc
         except DriverError as exc:
-            await undo(ctx, made, claims[len(made):], f"create failed: {exc}")
+            reason = f"create failed: {exc}"
+            await undo(ctx, made, claims[len(made) + 1:], reason)
+            behind = await failed_create(ctx, claim, reason)
             raise Refusal(Result.DRIVER, f"creating {claim.profile} at {claim.start} on card "
-                          f"{claim.card} for {_who(claim)} failed: {exc}; nothing is left "
-                          "behind and kubelet may retry") from exc
+                          f"{claim.card} for {_who(claim)} failed: {exc}; {behind}, and kubelet "
+                          "may retry") from exc
         await faults.reach("allocator.after_create")
     active: list[Claim] = []
     for i, (claim, instance) in enumerate(made):

@@ -120,6 +120,39 @@ async def test_full_card_is_refused_with_a_sentence_and_leaves_no_claim(nc, js, 
         assert (event.pod_uid, event.name, event.reason) == (B, "b", message)
 
 
+@pytest.mark.parametrize("error", ["unknown", "halfway"])
+async def test_a_failed_create_abandons_its_claim_only_when_nothing_is_left(
+    nc, js, node, error: str
+) -> None:
+    """A create the driver stops halfway, its undo failing too, leaves a GPU instance without
+    compute instance: the claim stays over it (abandoned, it would be foreign, a slot lost) and
+    kubelet's retry completes it. A create that left nothing abandons its claim."""
+    async with node_stack(nc, node, options=QUICK, pod_resources=False) as n:
+        await n.watcher.add(n.watcher.record(B, "b", {"main": {R3: 1}}))
+        n.driver.fail("create", 1, error)  # type: ignore[arg-type]  # the parameter is a FaultKind
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await n.allocate(R3, ["3g.40gb-0"])
+        message = refused.value.details()
+        assert "creating 3g.40gb at" in message and "Pod default/b" in message
+        if error == "unknown":
+            assert "nothing is left behind" in message
+            assert await n.claims() == [] and await n.instances() == []
+            return
+        [claim] = await n.claims()
+        [left] = await n.instances()
+        assert f"it left GPU instance {left.gi_id} (3g.40gb at {left.start})" in message
+        assert (claim.state, claim.instance, claim.start) == ("creating", None, left.start)
+        assert not left.complete
+
+        reply = await n.allocate(R3, ["3g.40gb-0"])  # kubelet's retry
+
+        [done] = await n.claims()
+        [inst] = await n.instances()
+        assert (done.id, done.state, inst.gi_id, inst.complete) == (claim.id, "active",
+                                                                   left.gi_id, True)
+        assert reply.envs["NVIDIA_VISIBLE_DEVICES"] == inst.uuid
+
+
 async def test_allocate_after_a_pod_stopped_gets_the_freed_slot_not_a_refusal(
     nc, js, node
 ) -> None:

@@ -108,6 +108,9 @@ BAD_INPUT: list[tuple[str, Callable[[Path], None] | None, list[str], str]] = [
     ("unknown uuid", None, ["busy", "--uuid", "MIG-nope", "--on"], "no instance has this UUID"),
     ("negative times", None, ["fail", "--op", "create", "--times", "-1"], "cannot inject"),
     ("negative ms", None, ["latency", "--op", "destroy", "--ms", "-5"], "cannot set latency"),
+    ("list halfway", None, ["fail", "--op", "list", "--times", "1", "--error", "halfway"],
+     "only create and destroy have two steps"),
+    ("busy without uuid", None, ["busy", "--uuid", "", "--on"], "no instance has this UUID"),
 ]  # fmt: skip
 
 

@@ -136,10 +136,10 @@ class Preparer:
         try:
             return await partitions.create(self.ctx, claim)
         except DriverError as exc:
-            await writes.abandon(self.ctx, claim, f"create failed: {exc}")
+            behind = await partitions.failed_create(self.ctx, claim, f"create failed: {exc}")
             raise PrepareError(f"{w.asked}: creating {claim.profile} at {claim.start} on card "
-                               f"{claim.card} failed ({exc}); nothing is left behind and kubelet "
-                               "may retry") from exc
+                               f"{claim.card} failed ({exc}); {behind}, and kubelet may "
+                               "retry") from exc
 
     async def _cdi(self, claim: Claim) -> str:
         """The partition's CDI spec, written as device-plugin mode's CDI strategy writes it
