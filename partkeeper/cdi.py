@@ -3,9 +3,10 @@
 With `PK_DEVICE_LIST_STRATEGY=cdi` the allocator writes one spec per partition into `PK_CDI_DIR`
 under the kind `partkeeper.io/partition`, the device named by its claim id (unique for the life of
 the claim, unlike a MIG UUID, which a successor at the same slot reproduces), and returns the
-qualified name in the Allocate response's `cdi_devices`. The spec's container edits carry
-`NVIDIA_VISIBLE_DEVICES=<MIG uuid as the driver reports it>` and the device nodes. The reclaimer
-removes the spec once the destroy is confirmed, before the claim goes.
+qualified name in the Allocate response's `cdi_devices`. The spec's container edits are the
+driver's for that partition (NVIDIA's: `NVIDIA_VISIBLE_DEVICES=<MIG uuid as the driver reports
+it>` and the device nodes) plus `PK_CLAIM_IDS` and `PK_POD_UID`. The reclaimer removes the spec
+once the destroy is confirmed, before the claim goes.
 
 Pure builders plus two file operations (an atomic write, a removal); nothing else here.
 """
@@ -16,12 +17,11 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from partkeeper.devices import DeviceNode
-from partkeeper.drivers.base import HostMount
+from partkeeper.drivers.base import ContainerEdits
 
 CDI_VERSION = "0.6.0"
 VENDOR = "partkeeper.io"
@@ -45,34 +45,32 @@ def spec_path(cdi_dir: Path, claim_id: str) -> Path:
 
 
 def spec_for(
-    claim_id: str, mig_uuid: str, nodes: Sequence[DeviceNode], env: dict[str, str], *,
-    vendor_env: Mapping[str, str] | None = None, mounts: Sequence[HostMount] = (),
+    claim_id: str, mig_uuid: str, edits: ContainerEdits, env: Mapping[str, str]
 ) -> dict[str, Any]:
     """The CDI spec of one partition (deterministic: the same inputs give the same bytes).
 
-    `vendor_env` is what the driver's container edits set (default NVIDIA's
-    `NVIDIA_VISIBLE_DEVICES=<mig_uuid>`; none for T-Head, `DMI_MIG_VISIBLE_DEVICE` for Hygon);
-    `mounts` its mounts (Hygon's runtime and partition record, read-only)."""
-    visible = {"NVIDIA_VISIBLE_DEVICES": mig_uuid} if vendor_env is None else dict(vendor_env)
+    `edits` are the driver's container edits for that partition alone (NVIDIA's
+    `NVIDIA_VISIBLE_DEVICES` and device specs, T-Head's nodes, Hygon's nodes, mounts and
+    `DMI_MIG_VISIBLE_DEVICE`); `env` the `PK_*` variables added after the driver's."""
     extra = [f"{k}={v}" for k, v in sorted(env.items())]
-    edits: dict[str, Any] = {
-        "env": [*(f"{k}={v}" for k, v in visible.items()), *extra],
+    container: dict[str, Any] = {
+        "env": [*(f"{k}={v}" for k, v in edits.env.items()), *extra],
         "deviceNodes": [
             {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
-            for n in nodes
+            for n in edits.devices
         ],
     }
-    if mounts:
-        edits["mounts"] = [
+    if edits.mounts:
+        container["mounts"] = [
             {"containerPath": m.container_path, "hostPath": m.host_path,
              "options": ["ro", "bind"] if m.read_only else ["rw", "bind"]}
-            for m in mounts
+            for m in edits.mounts
         ]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
         "annotations": {f"{VENDOR}/mig-uuid": mig_uuid},
-        "devices": [{"name": claim_id, "containerEdits": edits}],
+        "devices": [{"name": claim_id, "containerEdits": container}],
     }
 
 

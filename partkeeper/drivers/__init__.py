@@ -52,7 +52,7 @@ def open_driver(config: Config) -> Driver:
     Opening the sim driver does not touch the state file (a missing one fails at first use, with a
     ReadError naming it); opening a vendor driver loads its library and raises LibraryMissing (a
     StartupError) if that fails. The vendors' host files are read under `config.driver_root` (and
-    T-Head's procfs records under `config.proc_root`).
+    NVIDIA's and T-Head's procfs records under `config.proc_root`).
     """
     if config.driver == "sim":
         from partkeeper.drivers.sim import SimDriver
@@ -61,7 +61,7 @@ def open_driver(config: Config) -> Driver:
     if config.driver == "nvml":
         from partkeeper.drivers.nvml import NvmlDriver
 
-        return NvmlDriver()
+        return NvmlDriver(root=config.driver_root, proc_root=config.proc_root)
     if config.driver == "hgml":
         from partkeeper.drivers.hgml import HgmlDriver
 

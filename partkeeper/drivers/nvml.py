@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
+from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
 from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
     Card,
@@ -73,9 +75,12 @@ class NvmlDriver:
     name = "nvml"
     same_partition = staticmethod(slot_identity)
 
-    def __init__(self) -> None:
+    def __init__(self, *, root: Path = Path("/"), proc_root: Path = Path("/proc")) -> None:
         self._nv: ModuleType = _load()
         self._info: dict[int, CardInfo] = {}
+        # Where the device nodes live on the host (PK_DRIVER_ROOT) and where the kernel driver
+        # publishes the MIG capability minors (PK_PROC_ROOT).
+        self._roots = Roots(root, proc_root)
 
     def close(self) -> None:
         self._read("close", None, "shutting NVML down", self._nv.nvmlShutdown)
@@ -365,9 +370,39 @@ class NvmlDriver:
             raise self._mapped("destroy", card, uuid, what, exc) from exc
 
     def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
-        """NVIDIA's runtime hook takes the MIG UUIDs from the env; the device nodes NVIDIA's
-        device plugin passes are added by the allocator's handoff (partkeeper/devices.py)."""
-        return nvidia_edits(instances)
+        """NVIDIA's runtime hook takes the MIG UUIDs from the env; the device nodes are the ones
+        NVIDIA's device plugin passes (partkeeper/devices.py), each once however many of the
+        partitions share a card. A node that cannot be named is a ReadError."""
+        nodes: list[DeviceNode] = []
+        for inst in instances:
+            nodes.extend(n for n in self._device_nodes(inst) if n not in nodes)
+        return replace(nvidia_edits(instances), devices=tuple(nodes))
+
+    def _device_nodes(self, inst: Instance) -> list[DeviceNode]:
+        op, card = "allocate", inst.card
+        dev = self.device(op, card)
+        what = "reading the minor number"
+        minor = self._read(op, card, what, self._nv.nvmlDeviceGetMinorNumber, dev)
+        try:
+            return partition_nodes(self._roots, minor, inst.gi_id, inst.ci_id)
+        except DeviceNodeError as exc:
+            cause = f"its device nodes cannot be named: {exc}"
+            raise ReadError(op, card, inst.uuid or f"GI {inst.gi_id}", cause) from exc
+
+    def probe_view(self, card: int) -> dict[str, Any]:
+        """MIG mode (current and pending) and NVML's profiles beside the tables, for
+        `partkeeper probe` (read-only)."""
+        dev = self.device("probe", card)
+        modes = self.mig_modes("probe", card, dev)
+        view: dict[str, Any] = {
+            "mig": None if modes is None else {"current": modes[0], "pending": modes[1]},
+            "profiles": [],
+        }
+        if modes is not None and modes[0]:
+            info = self.card_info("probe", card, dev)
+            view["nvml_name"] = info.nvml_name
+            view["profiles"] = [nvml_tables.profile_view(p) for p in info.gi_profiles]
+        return view
 
     def is_busy(self, instance: Instance) -> bool:
         op, card = "busy", instance.card

@@ -82,6 +82,18 @@ class CardInfo:
     problem: str = ""  # why the card is refused, "" when it agrees with the tables
 
 
+def profile_view(p: GiProfile) -> dict[str, Any]:
+    """One GI profile as `partkeeper probe` shows it: NVML's ids and placements beside the
+    table's (none for a profile the tables do not know)."""
+    ours = p.ours.placements() if p.ours else None
+    return {
+        "name": p.name, "nvml_id": p.nvml_id, "nvml_profile": p.nvml_const,
+        "instances": p.max_count, "placements": [list(x) for x in p.placements],
+        "table_placements": None if ours is None else [list(x) for x in ours],
+        "matches": None if ours is None else tuple(p.placements) == ours,
+    }
+
+
 def placements(nv: ModuleType, dev: Any, nvml_id: int) -> tuple[tuple[int, int], ...]:
     """The legal placements of a GI profile: NVML's count query (NULL buffer), then the array."""
     count = ctypes.c_uint(0)

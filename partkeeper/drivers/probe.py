@@ -48,28 +48,6 @@ def _processes(driver: Driver, card: int, gi_id: int) -> int | None:
     return None if count is None else int(count("probe", card, gi_id))
 
 
-def _nvml_view(driver: Any, card: Card) -> dict[str, Any]:
-    dev = driver.device("probe", card.index)
-    modes = driver.mig_modes("probe", card.index, dev)
-    view: dict[str, Any] = {
-        "mig": None if modes is None else {"current": modes[0], "pending": modes[1]},
-        "profiles": [],
-    }
-    if modes is None or not modes[0]:
-        return view
-    info = driver.card_info("probe", card.index, dev)
-    view["nvml_name"] = info.nvml_name
-    for p in info.gi_profiles:
-        ours = p.ours.placements() if p.ours else None
-        view["profiles"].append({
-            "name": p.name, "nvml_id": p.nvml_id, "nvml_profile": p.nvml_const,
-            "instances": p.max_count, "placements": [list(x) for x in p.placements],
-            "table_placements": None if ours is None else [list(x) for x in ours],
-            "matches": None if ours is None else tuple(p.placements) == ours,
-        })
-    return view
-
-
 def _table_profile(p: profiles.Profile) -> dict[str, Any]:
     spots = [list(x) for x in p.placements()]
     return {"name": p.name, "nvml_id": None, "nvml_profile": None,
@@ -90,11 +68,8 @@ def gather(driver: Driver) -> dict[str, Any]:
     """Everything probe shows, read from `driver`. Raises DriverError on any failed read."""
     cards = []
     for card in driver.cards():
-        vendor_view = getattr(driver, "probe_view", None)  # hgml, dmi
-        if vendor_view is not None:
-            view = vendor_view(card.index)
-        else:
-            view = _nvml_view(driver, card) if driver.name == "nvml" else _table_view(card)
+        library_view = getattr(driver, "probe_view", None)  # the library's own view (not sim)
+        view = library_view(card.index) if library_view is not None else _table_view(card)
         known = card.model in profiles.MODELS
         cards.append({
             "index": card.index, "uuid": card.uuid, "model": card.model, "mode": card.mode,

@@ -14,11 +14,13 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore, machine
 from partkeeper.config import Config
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
-from partkeeper.drivers.base import Instance, InstanceSpec
+from partkeeper.drivers import Driver, open_driver
+from partkeeper.drivers.base import ContainerEdits, Instance, InstanceSpec, ReadError
 from partkeeper.drivers.nvml import NvmlDriver
 from schemas import Claim, LiveInstance
 from services.allocator import handoff, reply
 from services.allocator.context import Context
+from services.allocator.refusal import Refusal
 from tests_support import make_claim
 
 
@@ -35,19 +37,27 @@ def roots(tmp_path: Path) -> Roots:
     return Roots(driver_root=tmp_path / "driver", proc_root=tmp_path / "proc")
 
 
+def _nvml(roots: Roots) -> Driver:
+    """The nvml driver as the services open it: its roots from PK_DRIVER_ROOT and PK_PROC_ROOT."""
+    driver = open_driver(Config(driver="nvml", driver_root=roots.driver_root,
+                                proc_root=roots.proc_root))
+    assert isinstance(driver, NvmlDriver)
+    return driver
+
+
 def test_nodes_name_the_card_and_the_capabilities_the_driver_published(
     no_complaints: FakeNvml, roots: Roots
 ) -> None:
-    driver = NvmlDriver()
+    driver = _nvml(roots)
     driver.create(InstanceSpec(1, "1g.5gb", 0))  # GI 1 on card 1
     inst = driver.create(InstanceSpec(1, "3g.20gb", 4))
     card = driver.cards()[1]
     assert card.minor == 1
     caps = roots.proc_root / "driver/nvidia/capabilities/gpu1/mig" / f"gi{inst.gi_id}"
     gi_minor, ci_minor = _minor(caps / "access"), _minor(caps / f"ci{inst.ci_id}" / "access")
-    nodes = partition_nodes(roots, card.minor, inst.gi_id, inst.ci_id)
+    edits = driver.container_edits([inst])
     host = roots.driver_root
-    assert nodes == [
+    assert list(edits.devices) == [
         DeviceNode("/dev/nvidiactl", str(host / "dev/nvidiactl")),
         DeviceNode("/dev/nvidia-uvm", str(host / "dev/nvidia-uvm")),
         DeviceNode("/dev/nvidia1", str(host / "dev/nvidia1")),
@@ -56,9 +66,10 @@ def test_nodes_name_the_card_and_the_capabilities_the_driver_published(
         DeviceNode(f"/dev/nvidia-caps/nvidia-cap{ci_minor}",
                    str(host / f"dev/nvidia-caps/nvidia-cap{ci_minor}")),
     ]
+    assert edits.env == {"NVIDIA_VISIBLE_DEVICES": inst.uuid} and edits.mounts == ()
     driver.destroy(inst)
-    with pytest.raises(DeviceNodeError, match=f"gi{inst.gi_id}/access"):
-        partition_nodes(roots, card.minor, inst.gi_id, inst.ci_id)  # gone with the instance
+    with pytest.raises(ReadError, match=f"device nodes cannot be named: .*gi{inst.gi_id}/access"):
+        driver.container_edits([inst])  # gone with the instance
 
 
 def test_a_capability_file_without_a_minor_is_an_error(tmp_path: Path) -> None:
@@ -72,7 +83,8 @@ def test_a_capability_file_without_a_minor_is_an_error(tmp_path: Path) -> None:
 
 def test_the_cdi_spec_is_version_0_6_with_the_uuid_and_the_nodes(tmp_path: Path) -> None:
     nodes = [DeviceNode("/dev/nvidia0", "/host/dev/nvidia0")]
-    spec = cdi.spec_for("c0ffee01", "MIG-1234", nodes, {"PK_POD_UID": "u"})
+    edits = ContainerEdits(env={"NVIDIA_VISIBLE_DEVICES": "MIG-1234"}, devices=tuple(nodes))
+    spec = cdi.spec_for("c0ffee01", "MIG-1234", edits, {"PK_POD_UID": "u"})
     path = cdi.write_spec(tmp_path / "cdi", "c0ffee01", spec)
     written = json.loads(path.read_text())
     assert tuple(int(x) for x in written["cdiVersion"].split(".")) >= (0, 6, 0)
@@ -96,19 +108,22 @@ def _active(inst: Instance, cid: str) -> Claim:
     return machine.msgspec.structs.replace(claim, profile=inst.profile, instance=live)
 
 
+async def _context(js, node: str, driver: Driver, config: Config) -> Context:
+    store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
+    return Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]  # js._nc: the context's client
+                   {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
+
+
 @pytest.mark.parametrize("strategy", ["envvar", "cdi"])
 async def test_allocate_response_carries_device_specs_and_cdi_devices(
     no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str, strategy: str
 ) -> None:
-    driver = NvmlDriver()
+    driver = _nvml(roots)
     insts = [driver.create(InstanceSpec(0, "1g.10gb", s)) for s in (0, 1)]
     claims = [_active(i, f"c{n}") for n, i in enumerate(insts)]
     config = Config(node=node, driver="nvml", device_list_strategy=strategy,  # type: ignore[arg-type]  # a parametrized str
-                    cdi_dir=tmp_path / "cdi", driver_root=roots.driver_root,
-                    proc_root=roots.proc_root)
-    store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
-    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]  # js._nc: the context's client
-                  {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
+                    cdi_dir=tmp_path / "cdi")
+    ctx = await _context(js, node, driver, config)
     nodes, names = await handoff.prepare(ctx, claims)
     response = reply.partition_response(claims, nodes, names)
     paths = [d.container_path for d in response.devices]
@@ -124,3 +139,22 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
         edits = spec["devices"][0]["containerEdits"]
         assert f"NVIDIA_VISIBLE_DEVICES={inst.uuid}" in edits["env"]
         assert len(edits["deviceNodes"]) == 5
+
+
+async def test_a_capability_that_cannot_be_read_refuses_naming_the_partition_and_the_pod(
+    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str
+) -> None:
+    driver = _nvml(roots)
+    inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    access = roots.proc_root / "driver/nvidia/capabilities/gpu0/mig" / f"gi{inst.gi_id}/access"
+    access.unlink()
+    claim = _active(inst, "c0")
+    config = Config(node=node, driver="nvml", device_list_strategy="cdi", cdi_dir=tmp_path / "cdi")
+    with pytest.raises(Refusal) as refused:
+        await handoff.prepare(await _context(js, node, driver, config), [claim])
+    message = refused.value.message
+    assert f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid})" in message
+    assert f"instance {inst.uuid}" in message and "claim(s) c0" in message
+    assert f"device nodes cannot be named: cannot read MIG capability {access}" in message
+    assert message.endswith("kubelet may retry")
+    assert not (tmp_path / "cdi").exists()  # no spec without its nodes

@@ -8,11 +8,12 @@ from pathlib import Path
 from reclaimer.reclaimer_harness import AuditLog, Hands, new_uid, until
 
 from partkeeper import cdi
+from partkeeper.drivers.base import ContainerEdits
 from schemas import DestroyFailed
 
 
 def _spec(cdi_dir: Path, claim_id: str, uuid: str) -> Path:
-    return cdi.write_spec(cdi_dir, claim_id, cdi.spec_for(claim_id, uuid, [], {}))
+    return cdi.write_spec(cdi_dir, claim_id, cdi.spec_for(claim_id, uuid, ContainerEdits(), {}))
 
 
 async def test_the_cdi_spec_goes_after_the_destroy_and_stays_while_it_is_refused(
