@@ -78,6 +78,12 @@ def all_devices(cards: Iterable[Card]) -> list[DeviceSpec]:
     return sorted(specs, key=lambda d: (_order(d.profile), d.card, d.start))
 
 
+def memory_slices(card_model: str) -> int:
+    """Memory slices of a whole card: how far its placements reach (four on a Hygon DCU, eight on
+    NVIDIA and T-Head), so every slice a device can consume is a counter of its card."""
+    return max(s + p.size for p in model(card_model).profiles.values() for s in p.starts)
+
+
 def compute_capacity(card_model: str) -> int:
     """Compute slices of a whole card: what its largest profile uses."""
     return max(p.compute_slices for p in model(card_model).profiles.values())

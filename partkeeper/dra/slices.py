@@ -3,8 +3,10 @@
 One pool per node, named after the node, holding:
 
 - counter slices: per partition-mode card one counter set `gpu-<card>` with `memory-slice-0` ..
-  `memory-slice-7` (value 1 each) and `compute-slices` (the card's compute capacity), at most
-  eight sets per slice and no devices beside them (the API allows only one of the two);
+  `memory-slice-<n-1>` (value 1 each; n the card model's memory slices, the extent of its
+  placements: 8 on NVIDIA and T-Head, 4 on a Hygon DCU) and `compute-slices` (the card's compute
+  capacity), at most eight sets per slice and no devices beside them (the API allows only one of
+  the two);
 - device slices: one device per (profile, placement) that is free now, smallest profile first,
   each consuming its placement's memory slices and its compute slices from its card's set, at
   most 64 per slice (the API's limit for devices that consume counters).
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from partkeeper.dra import DRIVER
-from partkeeper.dra.devices import DeviceSpec, all_devices, compute_capacity
+from partkeeper.dra.devices import DeviceSpec, all_devices, compute_capacity, memory_slices
 from partkeeper.drivers import Card, Instance
 from partkeeper.drivers.profiles import overlaps
 from schemas import Claim
@@ -33,7 +35,6 @@ MAX_DEVICES_PER_SLICE = 64  # devices that consume counters
 MAX_COUNTER_SETS_PER_SLICE = 8
 COMPUTE_COUNTER = "compute-slices"
 MAX_NAME = 253
-MEMORY_SLICES = 8  # per card, whatever the model (docs/contract.md section 6)
 
 Range = tuple[int, int]
 
@@ -95,7 +96,7 @@ def free_devices(
 
 
 def counter_set(card: Card) -> dict[str, Any]:
-    counters = {memory_counter(i): {"value": "1"} for i in range(MEMORY_SLICES)}
+    counters = {memory_counter(i): {"value": "1"} for i in range(memory_slices(card.model))}
     counters[COMPUTE_COUNTER] = {"value": str(compute_capacity(card.model))}
     return {"name": counter_set_name(card.index), "counters": counters}
 

@@ -64,6 +64,30 @@ def test_counter_set_per_card() -> None:
     }
 
 
+def test_each_card_s_counter_set_has_its_own_memory_slices_and_devices_consume_only_those() -> None:
+    cards = [card(0, "DCU-64GB"), card(1, "PPU-96GB"), card(2, "H100-80GB")]
+    objects = slices.slices(slices.pool("node-a", cards, [], []), 1)
+    sets = {s["name"]: s["counters"] for o in objects for s in o["spec"].get("sharedCounters", [])}
+    memory = {name: sorted(c for c in counters if c.startswith("memory-slice-"))
+              for name, counters in sets.items()}
+    assert memory == {f"gpu-{c.index}": sorted(f"memory-slice-{i}" for i in range(n))
+                      for c, n in zip(cards, (4, 8, 8), strict=True)}
+    assert {name: counters["compute-slices"] for name, counters in sets.items()} == {
+        "gpu-0": {"value": "4"}, "gpu-1": {"value": "8"}, "gpu-2": {"value": "7"}}
+    offered = [d for o in objects for d in o["spec"].get("devices", [])]
+    assert {d["attributes"][f"{DRIVER}/model"]["string"] for d in offered} == {
+        "DCU-64GB", "PPU-96GB", "H100-80GB"}
+    for dev in offered:
+        (use,) = dev["consumesCounters"]
+        assert use["counterSet"] == f"gpu-{dev['attributes'][f'{DRIVER}/card']['int']}"
+        assert set(use["counters"]) <= set(sets[use["counterSet"]]), dev["name"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_model_s_memory_slices_are_the_extent_of_its_placements(name: str) -> None:
+    assert devices.memory_slices(name) == model(name).slices
+
+
 @pytest.mark.parametrize(
     ("claims", "instances", "absent", "present"),
     [
@@ -147,6 +171,8 @@ def test_slices_stay_within_the_api_limits_and_offer_exactly_the_free_room(
             claims.append(make_claim(f"c{n}", start, profile.size, card=index))
     desired = slices.pool("node-a", cards, claims, instances)
     objects = slices.slices(desired, 7)
+    counters = {s["name"]: s["counters"] for o in objects
+                for s in o["spec"].get("sharedCounters", [])}
     covered = slices.occupied(claims, instances)
     sets: set[str] = set()
     offered: set[str] = set()
@@ -163,8 +189,7 @@ def test_slices_stay_within_the_api_limits_and_offer_exactly_the_free_room(
             assert DNS_LABEL.match(dev["name"]) and dev["name"] not in offered
             offered.add(dev["name"])
             (use,) = dev["consumesCounters"]
-            assert use["counterSet"] in {s["name"] for o in objects
-                                         for s in o["spec"].get("sharedCounters", [])}
+            assert set(use["counters"]) <= set(counters[use["counterSet"]])
     assert sets == {f"gpu-{i}" for i in range(ncards)}
     assert len({o["metadata"]["name"] for o in objects}) == len(objects)
     for spec in devices.all_devices(cards):
