@@ -217,7 +217,11 @@ def _nvml(request: pytest.FixtureRequest) -> Harness:
     def busy(instance: Instance, on: bool) -> None:
         fake.set_processes(instance.uuid, int(on))
 
-    return Harness("nvml", NvmlDriver(), NODES["nvml"], LibraryHands(fake, "nvml", busy))
+    # Opened on the fake's tree as open_driver opens it on PK_DRIVER_ROOT and PK_PROC_ROOT: the
+    # capability files that name a partition's device nodes are under tmp_path/proc.
+    tmp = _tmp(request)
+    driver = NvmlDriver(root=tmp, proc_root=tmp / "proc")
+    return Harness("nvml", driver, NODES["nvml"], LibraryHands(fake, "nvml", busy))
 
 
 def _hgml(request: pytest.FixtureRequest) -> Harness:
