@@ -37,7 +37,7 @@ class Node:
 
 
 NVIDIA_NODE = Node(("H100-80GB", "A100-40GB", "H200-141GB"), ("A100-40GB",))
-THEAD_NODE = Node(("PPU-96GB",), ("PPU-96GB",))
+THEAD_NODE = Node(("PPU-96GB", "PPU-96GB"), ("PPU-96GB",))
 # Hygon's MIG mode is node-wide: every card is in partition mode or every card is sliced.
 HYGON_NODE = Node(("DCU-64GB", "DCU-64GB"))
 
