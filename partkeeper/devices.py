@@ -1,8 +1,9 @@
-"""The device nodes a container needs for a MIG partition, as NVIDIA's device plugin hands them.
+"""The device nodes a container needs for a MIG partition or a whole card, as NVIDIA's device
+plugin hands them.
 
-A MIG device is reached through three nodes: the parent card (`/dev/nvidia<minor>`) and the two
-MIG capability nodes of its GPU and compute instance (`/dev/nvidia-caps/nvidia-cap<minor>`), whose
-minors the kernel driver publishes in
+A whole card is its node `/dev/nvidia<minor>`. A MIG device is reached through three nodes: the
+parent card and the two MIG capability nodes of its GPU and compute instance
+(`/dev/nvidia-caps/nvidia-cap<minor>`), whose minors the kernel driver publishes in
 `/proc/driver/nvidia/capabilities/gpu<card minor>/mig/gi<G>/access` and `.../gi<G>/ci<C>/access`
 (`DeviceFileMinor: <n>`). The control nodes (`/dev/nvidiactl`, `/dev/nvidia-uvm`,
 `/dev/nvidia-uvm-tools`, `/dev/nvidia-modeset`) are added where they exist. Host paths are under
@@ -16,6 +17,7 @@ What stays the NVIDIA container toolkit's job: the driver's user-space libraries
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,11 +64,25 @@ def capability_minor(path: Path) -> int:
     return int(found.group(1))
 
 
+def _nodes(roots: Roots, paths: list[str]) -> list[DeviceNode]:
+    """The control nodes present under the driver root, then `paths`."""
+    present = [p for p in CONTROL_NODES if Path(roots.host(p)).exists()]
+    return [DeviceNode(p, roots.host(p)) for p in present + paths]
+
+
+def _card(card_minor: int) -> str:
+    return f"/dev/nvidia{card_minor}"
+
+
 def partition_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> list[DeviceNode]:
     """Every node the container needs for the MIG device (card, GI, CI). Raises DeviceNodeError."""
     gi_minor = capability_minor(capability_file(roots, card_minor, gi_id))
     ci_minor = capability_minor(capability_file(roots, card_minor, gi_id, ci_id))
-    paths = [p for p in CONTROL_NODES if Path(roots.host(p)).exists()]
-    paths += [f"/dev/nvidia{card_minor}", f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
-              f"/dev/nvidia-caps/nvidia-cap{ci_minor}"]
-    return [DeviceNode(p, roots.host(p)) for p in paths]
+    return _nodes(roots, [_card(card_minor), f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
+                          f"/dev/nvidia-caps/nvidia-cap{ci_minor}"])
+
+
+def card_nodes(roots: Roots, card_minors: Sequence[int]) -> list[DeviceNode]:
+    """Every node a container needs for these whole cards: the control nodes once, then each
+    card's `/dev/nvidia<minor>` (what the device plugin passes for a full GPU)."""
+    return _nodes(roots, [_card(m) for m in card_minors])

@@ -119,18 +119,27 @@ class HostMount:
 
 @dataclass(frozen=True, slots=True)
 class ContainerEdits:
-    """What a container needs to use its partitions, as the vendor's runtime expects it.
+    """What a container needs to use its partitions (or whole cards, for logical slices), as the
+    vendor's runtime expects it.
 
-    The Allocate reply (and a CDI spec, where that mode is on) carries exactly this."""
+    The Allocate reply (and a partition's CDI spec, where that mode is on) carries exactly this."""
 
     env: Mapping[str, str] = field(default_factory=dict)
     devices: tuple[DeviceNode, ...] = ()
     mounts: tuple[HostMount, ...] = ()
 
 
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+
+
 def nvidia_edits(instances: Sequence[Instance]) -> ContainerEdits:
     """NVIDIA's (and the sim's): the container runtime hook takes the MIG UUIDs from the env."""
-    return ContainerEdits(env={"NVIDIA_VISIBLE_DEVICES": ",".join(i.uuid for i in instances)})
+    return ContainerEdits(env={NVIDIA_VISIBLE: ",".join(i.uuid for i in instances)})
+
+
+def nvidia_card_edits(cards: Sequence[Card]) -> ContainerEdits:
+    """The same for whole cards: the hook takes the cards' UUIDs."""
+    return ContainerEdits(env={NVIDIA_VISIBLE: ",".join(c.uuid for c in cards)})
 
 
 class DriverError(Exception):
@@ -226,4 +235,10 @@ class Driver(Protocol):
         """The env, device nodes and mounts a container needs for `instances` (the partitions
         one container is given). Raises PlacementError with a sentence when the vendor cannot
         serve them to one container, ReadError when a node or record it needs is missing."""
+        ...
+
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """The env, device nodes and mounts a container needs to use `cards` whole (the cards its
+        logical slices sit on), in that order, each shared node once. The card's mode does not
+        matter. Raises ReadError when a node or record it needs is missing or is another card's."""
         ...

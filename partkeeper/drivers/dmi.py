@@ -11,7 +11,8 @@ The model differs from NVIDIA's where the library does:
 - There is no per-partition process query: `is_busy` cannot answer (ReadError, so nothing is
   reaped on a guess); busy is known only when a destroy says IN_USE.
 - The container gets device nodes, the runtime, its record and one env variable (hygon_host.py);
-  one partition per container.
+  one partition per container. Whole cards (mode off: logical slices) get the nodes and the
+  runtime only, any number per container.
 """
 
 from __future__ import annotations
@@ -395,3 +396,10 @@ class DmiDriver:
     def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
         inst = vendor.one_partition(instances, "Hygon DCU")
         return hygon_host.edits(self.root, inst, hygon_host.pci_bus_id(self.root, inst.card))
+
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """Each card's DRM nodes (found through its registry PCI id), the shared nodes and
+        /opt/hyhal; any number of cards to one container, as Hygon's device plugin hands whole
+        cards (the one-partition rule is about `DMI_MIG_VISIBLE_DEVICE`, not set here)."""
+        found = [(c.index, hygon_host.pci_bus_id(self.root, c.index)) for c in cards]
+        return hygon_host.card_edits(self.root, found)

@@ -112,6 +112,12 @@ class HgmlDriver:
         self._call(op, card, what, fn, *args, ctypes.byref(out))
         return out.value
 
+    def _minor(self, op: str, card: int, dev: api.Handle) -> int:
+        """The PPU node's kernel minor, as HGML reports it (`/dev/alixpu_ppu<ordinal>` must have
+        it)."""
+        return self._uint(op, card, "reading the minor number",
+                          self._api.hgmlDeviceGetMinorNumber, dev)
+
     def _mig_enabled(self, op: str, card: int, dev: api.Handle) -> bool:
         current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
         try:
@@ -139,9 +145,7 @@ class HgmlDriver:
             dev,
             ctypes.byref(memory),
         )
-        minor = self._uint(
-            op, card, "reading the minor number", self._api.hgmlDeviceGetMinorNumber, dev
-        )
+        minor = self._minor(op, card, dev)
         found = hgml_profiles.probe(self._api, op, card, dev)
         info = CardInfo(vendor.model_for("thead", memory.total // 2**20), minor, found)
         if found:
@@ -170,8 +174,7 @@ class HgmlDriver:
         )
         memory_mib = int(memory.total // 2**20)
         model = vendor.model_for("thead", memory_mib)
-        minor = self._uint("list", index, "reading the minor number",
-                           self._api.hgmlDeviceGetMinorNumber, dev)
+        minor = self._minor("list", index, dev)
         return Card(index, uuid, model or name, mode, memory_mib, minor=minor)
 
     def instances(self, card: int) -> list[Instance]:
@@ -437,6 +440,14 @@ class HgmlDriver:
         dev = self._device("allocate", inst.card)
         minor = self._card_info("allocate", inst.card, dev).minor
         return thead_nodes.edits(self.root, self.proc_root, inst, minor)
+
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """The control nodes and each PPU's node, its minor checked against HGML's: as T-Head's
+        device plugin hands whole cards, any number to one container (the one-partition rule is
+        the MIG runtime's, and no partition is handed over here)."""
+        op = "allocate"
+        found = [(c.index, self._minor(op, c.index, self._device(op, c.index))) for c in cards]
+        return thead_nodes.card_edits(self.root, found)
 
 
 def _instance(

@@ -7,6 +7,10 @@ create). A container runtime asked to bind a conf file that no longer exists cre
 there, and the driver can then never write that record again (the create fails with
 INSUFFICIENT_RESOURCES): `leftovers` finds such empty directories and `remove_leftover` takes one
 away (rmdir: never a file, never a non-empty directory, never through a symlink).
+
+A partition's container gets the card's device nodes, /opt/hyhal, its record and
+`DMI_MIG_VISIBLE_DEVICE`; whole cards (the node-wide mode off, handed over for their logical
+slices) get the device nodes and /opt/hyhal only, since no partition is named.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from partkeeper.devices import DeviceNode
@@ -25,6 +30,7 @@ CONTROL_NODES = ("/dev/kfd", "/dev/mkfd")
 DRI_DIR = "/dev/dri"  # the card's card<N> and renderD<M>
 PCI_DEVICES = "/sys/bus/pci/devices"  # per card: unique_id, drm/
 VISIBLE_ENV = "DMI_MIG_VISIBLE_DEVICE"
+Where = tuple[int | None, str | None]  # the card and the instance a refusal names
 _PCI = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
@@ -107,36 +113,51 @@ def remove_leftover(root: Path, record: str) -> None:
     os.rmdir(path)  # OSError (ENOTEMPTY) if anything is inside: then it is left for a person
 
 
-def _drm_nodes(root: Path, inst: Instance, pci: str) -> list[str]:
+def _drm_nodes(root: Path, where: Where, pci: str) -> list[str]:
     drm = host(root, f"{PCI_DEVICES}/{pci}/drm")
     try:
         names = sorted(os.listdir(drm))
     except OSError as exc:
         cause = f"cannot list the DRM nodes of {pci} ({exc.strerror})"
-        raise ReadError("allocate", inst.card, inst.uuid, cause) from exc
+        raise ReadError("allocate", *where, cause) from exc
     card = [n for n in names if re.fullmatch(r"card\d+", n)]
     render = [n for n in names if re.fullmatch(r"renderD\d+", n)]
     if len(card) != 1 or len(render) != 1:
         cause = f"{pci} has DRM nodes {names}, not one card<N> and one renderD<M>"
-        raise ReadError("allocate", inst.card, inst.uuid, cause)
+        raise ReadError("allocate", *where, cause)
     return [f"{DRI_DIR}/{card[0]}", f"{DRI_DIR}/{render[0]}"]
 
 
-def _node(root: Path, path: str, inst: Instance) -> DeviceNode:
-    where = host(root, path)
+def _node(root: Path, path: str, where: Where) -> DeviceNode:
+    at = host(root, path)
     try:
-        mode = os.stat(where).st_mode
+        mode = os.stat(at).st_mode
     except OSError as exc:
-        raise ReadError("allocate", inst.card, inst.uuid, f"device node {path} is missing") from exc
+        raise ReadError("allocate", *where, f"device node {path} is missing") from exc
     if not stat.S_ISCHR(mode):
-        raise ReadError("allocate", inst.card, inst.uuid, f"{path} is not a character device")
-    return DeviceNode(path, str(where))
+        raise ReadError("allocate", *where, f"{path} is not a character device")
+    return DeviceNode(path, str(at))
+
+
+def card_edits(
+    root: Path, cards: Sequence[tuple[int, str]], name: str | None = None
+) -> ContainerEdits:
+    """What a container needs for whole cards, given as (index, PCI bus id), as Hygon's device
+    plugin hands them: `/dev/kfd` and `/dev/mkfd` once, each card's DRM nodes, and /opt/hyhal
+    read-only where the host has it. `name`: the partition a refusal names, if any."""
+    first = (cards[0][0] if cards else None, name)
+    devices = [_node(root, p, first) for p in CONTROL_NODES]
+    for index, pci in cards:
+        where = (index, name)
+        devices += [_node(root, p, where) for p in _drm_nodes(root, where, pci)]
+    hyhal = host(root, HYHAL)
+    mounts = (HostMount(HYHAL, str(hyhal)),) if hyhal.is_dir() else ()
+    return ContainerEdits(devices=tuple(devices), mounts=mounts)
 
 
 def edits(root: Path, inst: Instance, pci: str) -> ContainerEdits:
-    """`/dev/kfd`, `/dev/mkfd`, the card's DRM nodes, /opt/hyhal read-only, the conf record
-    read-only at its own path (the runtime scans that directory by absolute path), and
-    `DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>`."""
+    """The card's hand-off (`card_edits`), the conf record read-only at its own path (the runtime
+    scans that directory by absolute path), and `DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>`."""
     record = conf_record(inst.card, inst.gi_id, inst.ci_id)
     where = host(root, record)
     if inst.ci_id < 0 or not where.is_file() or where.is_symlink():
@@ -145,10 +166,8 @@ def edits(root: Path, inst: Instance, pci: str) -> ContainerEdits:
             "runtime create a directory there"
         )
         raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause)
-    devices = [_node(root, p, inst) for p in (*CONTROL_NODES, *_drm_nodes(root, inst, pci))]
-    mounts = [HostMount(record, str(where))]
-    if host(root, HYHAL).is_dir():
-        mounts.insert(0, HostMount(HYHAL, str(host(root, HYHAL))))
+    whole = card_edits(root, [(inst.card, pci)], inst.uuid)
     return ContainerEdits(
-        env={VISIBLE_ENV: inst.uuid}, devices=tuple(devices), mounts=tuple(mounts)
+        env={VISIBLE_ENV: inst.uuid}, devices=whole.devices,
+        mounts=(*whole.mounts, HostMount(record, str(where))),
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
+from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, card_nodes, partition_nodes
 from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
     Card,
@@ -33,6 +33,7 @@ from partkeeper.drivers.base import (
     ReadError,
     UnknownError,
     identity_mismatch,
+    nvidia_card_edits,
     nvidia_edits,
     slot_identity,
 )
@@ -378,11 +379,20 @@ class NvmlDriver:
             nodes.extend(n for n in self._device_nodes(inst) if n not in nodes)
         return replace(nvidia_edits(instances), devices=tuple(nodes))
 
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """The card UUIDs in the env, and the nodes NVIDIA's device plugin passes for whole GPUs:
+        the control nodes present, then each card's `/dev/nvidia<minor>`."""
+        minors = [self._minor(c.index) for c in cards]
+        return replace(nvidia_card_edits(cards), devices=tuple(card_nodes(self._roots, minors)))
+
+    def _minor(self, card: int) -> int:
+        dev = self.device("allocate", card)
+        what = "reading the minor number"
+        return self._read("allocate", card, what, self._nv.nvmlDeviceGetMinorNumber, dev)
+
     def _device_nodes(self, inst: Instance) -> list[DeviceNode]:
         op, card = "allocate", inst.card
-        dev = self.device(op, card)
-        what = "reading the minor number"
-        minor = self._read(op, card, what, self._nv.nvmlDeviceGetMinorNumber, dev)
+        minor = self._minor(card)
         try:
             return partition_nodes(self._roots, minor, inst.gi_id, inst.ci_id)
         except DeviceNodeError as exc:

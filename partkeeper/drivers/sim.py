@@ -41,6 +41,7 @@ from partkeeper.drivers.base import (
     UnknownError,
     identity_mismatch,
     issued_identity,
+    nvidia_card_edits,
     nvidia_edits,
     slot_identity,
 )
@@ -264,6 +265,18 @@ class SimDriver:
         inst = one_partition(instances, "/".join(sorted(found - {"nvidia"})))
         env = {"DMI_MIG_VISIBLE_DEVICE": inst.uuid} if "hygon" in found else {}
         return ContainerEdits(env=env)
+
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """Each vendor's rule for whole cards without device nodes: the card UUIDs in NVIDIA's
+        env for NVIDIA cards; nothing for T-Head and Hygon cards, whose hand-off is nodes only."""
+
+        def vendors(state: SimState) -> list[str]:
+            return [profiles.model(_card(state, c.index, "allocate", NotFoundError).model).vendor
+                    for c in cards]
+
+        found = self._transact("allocate", vendors)
+        shown = [c for c, v in zip(cards, found, strict=True) if v == "nvidia"]
+        return nvidia_card_edits(shown) if shown else ContainerEdits()
 
     # -- controls (`partkeeper sim ...` and tests) --------------------------------------------
 

@@ -344,7 +344,8 @@ class Allocator:
         if offer.kind == "slice":
             cards = {c.index: c for c in self.ctx.cards}
             config = slices.config_for(claims, cards, self.ctx.config.slices_per_card)
-            response = reply.slice_response(claims, config, self.ctx.config.pods_dir)
+            edits = await handoff.card_edits(self.ctx, claims)
+            response = reply.slice_response(claims, config, self.ctx.config.pods_dir, edits)
         else:
             await self._write_descriptors(claims)
             edits, cdi_names = await handoff.prepare(self.ctx, claims)

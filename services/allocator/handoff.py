@@ -1,8 +1,9 @@
-"""Handing active partitions to the container: the driver's container edits and, with the CDI
-strategy, specs.
+"""Handing active partitions (and the cards of slices) to the container: the driver's container
+edits and, with the CDI strategy, specs.
 
-Every driver says what its vendor's container needs (`driver.container_edits`: env, device nodes,
-mounts; docs/drivers.md, Container edits): the nvml driver the device specs NVIDIA's device plugin
+Every driver says what its vendor's container needs (`driver.container_edits` for partitions,
+`driver.card_edits` for the whole cards logical slices sit on: env, device nodes, mounts;
+docs/drivers.md, Container edits): the nvml driver the device specs NVIDIA's device plugin
 passes, the T-Head and Hygon drivers their vendors' nodes and mounts, the sim driver only the env.
 With `PK_DEVICE_LIST_STRATEGY=cdi` each partition also gets a CDI spec in `PK_CDI_DIR`
 (partkeeper/cdi.py) carrying its own container edits, named by its claim id, returned in
@@ -23,16 +24,31 @@ from services.allocator.context import Context
 from services.allocator.refusal import Refusal, Result
 
 
+def _refusal(claims: Sequence[Claim], what: str, exc: DriverError) -> Refusal:
+    """The driver could not say what the container needs; the claims stay active, so kubelet's
+    retry gets the same partitions (or slices) and asks again."""
+    first = claims[0]
+    return Refusal(Result.UNAVAILABLE, f"the {what} of claim(s) {','.join(c.id for c in claims)} "
+                   f"of Pod {first.namespace}/{first.name} ({first.pod_uid}) are made but {exc}; "
+                   "kubelet may retry")
+
+
 async def _edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
-    """The driver's container edits for `claims`; a refusal is a sentence (the claims stay active,
-    so kubelet's retry gets the same partitions and asks again)."""
+    """The driver's container edits for `claims`; a refusal is a sentence."""
     try:
         return await ctx.hardware(ctx.driver.container_edits, reply.instances_of(claims))
     except DriverError as exc:
-        first = claims[0]
-        raise Refusal(Result.UNAVAILABLE, f"the partition(s) of claim(s) "
-                      f"{','.join(c.id for c in claims)} of Pod {first.namespace}/{first.name} "
-                      f"({first.pod_uid}) are made but {exc}; kubelet may retry") from exc
+        raise _refusal(claims, "partition(s)", exc) from exc
+
+
+async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
+    """The driver's edits for the whole cards slice `claims` sit on (by card index, each once);
+    a refusal is a sentence. Slices get no CDI spec: the reply alone carries them."""
+    cards = [ctx.card(index) for index in sorted({c.card for c in claims})]
+    try:
+        return await ctx.hardware(ctx.driver.card_edits, cards)
+    except DriverError as exc:
+        raise _refusal(claims, "slice(s)", exc) from exc
 
 
 async def prepare(ctx: Context, claims: Sequence[Claim]) -> tuple[ContainerEdits, list[str]]:

@@ -5,8 +5,10 @@ Partitions: the container edits the driver gives for them (NVIDIA and the sim:
 separated in token order, plus, from the nvml driver, the device specs NVIDIA's device plugin
 passes; T-Head: device nodes; Hygon: device nodes, mounts and `DMI_MIG_VISIBLE_DEVICE`), `PK_*`
 variables describing the partition(s) and, with the CDI strategy, their CDI device names (see
-handoff.py). Slices: the card UUID(s), the limits, and mounts of the limiter file (read-only) and
-the cache dir.
+handoff.py). Slices: the container edits the driver gives for the whole cards they sit on
+(NVIDIA and the sim's NVIDIA cards: `NVIDIA_VISIBLE_DEVICES` = the card UUIDs, plus, from the nvml
+driver, the cards' device specs; T-Head and Hygon: their vendors' nodes, and Hygon's runtime
+mount), the limits, and mounts of the limiter file (read-only) and the cache dir.
 """
 
 from __future__ import annotations
@@ -104,25 +106,29 @@ def partition_response(
         "PK_CLAIM_IDS": ",".join(c.id for c in claims),
         "PK_POD_UID": first.pod_uid,
     }
-    devices = [
-        pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path,
-                      permissions=n.permissions)
-        for n in edits.devices
-    ]
-    mounts = [pb.Mount(container_path=m.container_path, host_path=m.host_path,
-                       read_only=m.read_only) for m in edits.mounts]
     cdi_devices = [pb.CDIDevice(name=name) for name in cdi_names]
-    return pb.ContainerAllocateResponse(envs=envs, devices=devices, mounts=mounts,
+    return pb.ContainerAllocateResponse(envs=envs, devices=_devices(edits), mounts=_mounts(edits),
                                         cdi_devices=cdi_devices)
 
 
+def _devices(edits: ContainerEdits) -> list[pb.DeviceSpec]:
+    return [pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path,
+                          permissions=n.permissions) for n in edits.devices]
+
+
+def _mounts(edits: ContainerEdits) -> list[pb.Mount]:
+    return [pb.Mount(container_path=m.container_path, host_path=m.host_path,
+                     read_only=m.read_only) for m in edits.mounts]
+
+
 def slice_response(
-    claims: Sequence[Claim], config: SliceConfig, pods_dir: Path
+    claims: Sequence[Claim], config: SliceConfig, pods_dir: Path, edits: ContainerEdits
 ) -> pb.ContainerAllocateResponse:
+    """`edits`: the driver's for the whole cards the slices sit on (`driver.card_edits`)."""
     first = claims[0]
     host = sliced_dir(pods_dir, first.pod_uid, first.container)
     envs = {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(config.card_uuids),
+        **edits.env,
         "PK_RESOURCE": first.resource,
         "PK_SLICE_INDEXES": ",".join(str(i) for i in config.slices),
         "PK_SLICE_MEMORY_MIB": str(config.memory_mib),
@@ -133,9 +139,10 @@ def slice_response(
         "PK_POD_UID": first.pod_uid,
     }
     mounts = [
+        *_mounts(edits),
         pb.Mount(container_path=f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}",
                  host_path=str(host / LIMITS_FILE), read_only=True),
         pb.Mount(container_path=f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}",
                  host_path=str(host / CACHE_DIR), read_only=False),
     ]
-    return pb.ContainerAllocateResponse(envs=envs, mounts=mounts)
+    return pb.ContainerAllocateResponse(envs=envs, devices=_devices(edits), mounts=mounts)

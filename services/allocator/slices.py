@@ -1,4 +1,6 @@
-"""Logical slices of cards not in partition mode: claims of kind "slice", limiter files, no driver.
+"""Logical slices of cards not in partition mode: claims of kind "slice", limiter files, nothing
+created on the hardware (the driver is asked only how a container reaches the whole cards, in the
+reply: handoff.card_edits).
 
 A sliced card offers `PK_SLICES_PER_CARD` slices; a slice claim sits in the card's claims document
 like a partition claim (start = slice index, size = 1, profile "sliced"). Its effect is a limiter
