@@ -24,13 +24,13 @@ from services.allocator.context import Context
 from services.allocator.refusal import Refusal, Result
 
 
-def _refusal(claims: Sequence[Claim], what: str, exc: DriverError) -> Refusal:
+def _refusal(claims: Sequence[Claim], what: str, done: str, exc: DriverError) -> Refusal:
     """The driver could not say what the container needs; the claims stay active, so kubelet's
     retry gets the same partitions (or slices) and asks again."""
     first = claims[0]
     return Refusal(Result.UNAVAILABLE, f"the {what} of claim(s) {','.join(c.id for c in claims)} "
-                   f"of Pod {first.namespace}/{first.name} ({first.pod_uid}) are made but {exc}; "
-                   "kubelet may retry")
+                   f"of Pod {first.namespace}/{first.name} ({first.pod_uid}) are {done} but "
+                   f"{exc}; kubelet may retry")
 
 
 async def _edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
@@ -38,7 +38,7 @@ async def _edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
     try:
         return await ctx.hardware(ctx.driver.container_edits, reply.instances_of(claims))
     except DriverError as exc:
-        raise _refusal(claims, "partition(s)", exc) from exc
+        raise _refusal(claims, "partition(s)", "made", exc) from exc
 
 
 async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
@@ -48,7 +48,7 @@ async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
     try:
         return await ctx.hardware(ctx.driver.card_edits, cards)
     except DriverError as exc:
-        raise _refusal(claims, "slice(s)", exc) from exc
+        raise _refusal(claims, "slice(s)", "set up", exc) from exc
 
 
 async def prepare(ctx: Context, claims: Sequence[Claim]) -> tuple[ContainerEdits, list[str]]:

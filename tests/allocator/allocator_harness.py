@@ -22,8 +22,8 @@ from nats.aio.client import Client
 import tests_support as support
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
-from partkeeper.config import Config
-from partkeeper.drivers import Instance
+from partkeeper.config import RESOURCE_NAMES, Config
+from partkeeper.drivers import Driver, Instance
 from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import HEALTHY, deviceplugin_pb2, deviceplugin_pb2_grpc, open_unix_channel
 from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet, pod_manifest
@@ -78,7 +78,7 @@ def _show_stuck_work() -> None:
 class Node:
     directory: Path
     config: Config
-    driver: SimDriver
+    driver: Driver  # the SimDriver (with its controls) unless the test passed another
     store: ClaimsStore
     source: MemoryPodSource
     kubelet: SimKubelet
@@ -157,27 +157,36 @@ async def node_stack(
     pod_resources: bool = True,
     gate: Gate | None = None,
     real_reclaimer: bool = False,
+    driver: Driver | None = None,
 ) -> AsyncIterator[Node]:
     """A node; `pod_resources=False` points the allocator at a socket that does not exist, for
     tests that call Allocate themselves (kubelet would list the Pod it admits; these have none).
     With a `gate`, the simulated driver spends its latencies in it: an operation given a latency
     parks until the test opens the gate. `real_reclaimer=True` runs the reclaimer service itself
-    (its `reclaim.now` and reconcile pass) instead of the table stand-in."""
+    (its `reclaim.now` and reconcile pass) instead of the table stand-in. `driver`: an opened
+    vendor driver (over its fake library) instead of the sim with `cards` and `sliced`; the
+    resources are named as for that driver."""
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     state = directory / "sim.json"
-    init_state(state, list(cards), list(sliced))
-    driver = SimDriver(state) if gate is None else SimDriver(state, sleep=gate.sleep)
+    names: dict[str, str] = {}
+    if driver is None:
+        init_state(state, list(cards), list(sliced))
+        driver = SimDriver(state) if gate is None else SimDriver(state, sleep=gate.sleep)
+    else:
+        prefix, sliced_resource = RESOURCE_NAMES[driver.name]
+        names = {"resource_prefix": prefix, "sliced_resource": sliced_resource}
     podres = directory / ("pr.sock" if pod_resources else "absent.sock")
     config = Config(node=node, kubelet_dir=directory / "dp",
                     pod_resources_socket=podres, pods_dir=directory / "pods",
-                    driver="sim", sim_state=state, slices_per_card=slices_per_card)
+                    driver=driver.name, sim_state=state, slices_per_card=slices_per_card,
+                    **names)
     js = nc.jetstream()
     store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
     source = MemoryPodSource()
     kubelet = SimKubelet(config.kubelet_dir, source,
                          pod_resources_socket=directory / "pr.sock")
     watcher = await TableWatcher(nc, await js.key_value(BUCKET_PODS), node).start()
-    indexes = list(range(len(cards) + len(sliced)))
+    indexes = [c.index for c in await asyncio.to_thread(driver.cards)]
     reclaimer = TableReclaimer(nc, store, driver, node, indexes)
     real = None
     if real_reclaimer:
@@ -221,7 +230,7 @@ async def node_stack(
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _with_driver(options: Options, driver: SimDriver) -> Options:
+def _with_driver(options: Options, driver: Driver) -> Options:
     from dataclasses import replace
 
     return replace(options, driver=driver)

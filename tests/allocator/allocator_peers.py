@@ -24,7 +24,7 @@ from nats.micro.service import Service
 from partkeeper.bus import NoAnswer, request, serve
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, inventory, machine
-from partkeeper.drivers.sim import SimDriver
+from partkeeper.drivers import Driver
 from partkeeper.podstate import is_dead
 from schemas import (
     Claim,
@@ -136,7 +136,7 @@ class TableWatcher:
 class TableReclaimer:
     nc: Client
     store: ClaimsStore
-    driver: SimDriver
+    driver: Driver
     node: str
     cards: list[int]
     asked: list[list[str]] = field(default_factory=list)

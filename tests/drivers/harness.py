@@ -3,7 +3,8 @@
 One harness per driver kind, and the contract suite (test_contract.py, test_half_done.py) runs on
 every one. A harness describes its node (the partition-mode cards by profiles.py model, then the
 sliced ones), what its vendor does that others do not (identity of a successor, whether busy can be
-read), and which faults its fake can inject; a test reads those and never asks which driver it has.
+read), the nodes its host hands whole cards over with, and which faults its fake can inject; a test
+reads those and never asks which driver it has.
 
 A driver added later adds a node to `NODES` and a builder to `BUILDERS`.
 """
@@ -72,6 +73,22 @@ def shapes(kind: str) -> list[Shape]:
 # Vendors whose successor at the same slot gets its predecessor's UUID (name-based MIG identity);
 # Hygon issues a fresh one on every create (docs/drivers.md, Identity per driver).
 REPRODUCED_IDENTITY: frozenset[profiles.Vendor] = frozenset({"nvidia", "thead"})
+
+# The env variable through which a vendor's runtime takes whole cards (their UUIDs, comma
+# separated); T-Head's and Hygon's take device nodes only (docs/drivers.md, Container edits).
+CARDS_ENV: dict[profiles.Vendor, str] = {"nvidia": "NVIDIA_VISIBLE_DEVICES"}
+
+
+@dataclass(frozen=True)
+class CardNodes:
+    """The container paths whole cards are handed over with on a harness's host: the nodes every
+    card shares (once per container), then each card's own by index, and the mounts (read-only).
+    Empty on the sim, which has no nodes."""
+
+    shared: tuple[str, ...] = ()
+    own: Callable[[int], tuple[str, ...]] = lambda index: ()
+    mounts: tuple[str, ...] = ()
+
 
 # What a fake can break. `list`: the next enumeration of GPU instances; `gi_destroy`: the next
 # GPU-instance destroy (a destroy stops after the CI is gone); `ci_create`: the next compute-
@@ -152,10 +169,15 @@ class Harness:
     node: Node
     hands: Hands
     busy_unknown: str | None = None  # why is_busy cannot answer (its ReadError says so), if so
+    card_nodes: CardNodes = CardNodes()
 
     @property
     def vendor(self) -> profiles.Vendor:
         return profiles.model(self.node.partition[0]).vendor
+
+    @property
+    def cards_env(self) -> str | None:
+        return CARDS_ENV.get(self.vendor)
 
     @property
     def reproduces_identity(self) -> bool:
@@ -221,7 +243,10 @@ def _nvml(request: pytest.FixtureRequest) -> Harness:
     # capability files that name a partition's device nodes are under tmp_path/proc.
     tmp = _tmp(request)
     driver = NvmlDriver(root=tmp, proc_root=tmp / "proc")
-    return Harness("nvml", driver, NODES["nvml"], LibraryHands(fake, "nvml", busy))
+    # The fake's minor is the card's index; no control node exists under tmp/dev.
+    nodes = CardNodes(own=lambda index: (f"/dev/nvidia{index}",))
+    hands = LibraryHands(fake, "nvml", busy)
+    return Harness("nvml", driver, NODES["nvml"], hands, card_nodes=nodes)
 
 
 def _hgml(request: pytest.FixtureRequest) -> Harness:
@@ -232,7 +257,10 @@ def _hgml(request: pytest.FixtureRequest) -> Harness:
     def busy(instance: Instance, on: bool) -> None:
         rig.fake.set_busy(instance.uuid, on)  # HGML knows the partition by its MIG device UUID
 
-    return Harness("hgml", open_hgml(rig), node, LibraryHands(rig.fake, "hgml", busy))
+    nodes = CardNodes(("/dev/alixpu", "/dev/alixpu_ctl"),
+                      lambda index: (f"/dev/alixpu_ppu{index}",))
+    hands = LibraryHands(rig.fake, "hgml", busy)
+    return Harness("hgml", open_hgml(rig), node, hands, card_nodes=nodes)
 
 
 def _dmi(request: pytest.FixtureRequest) -> Harness:
@@ -242,8 +270,13 @@ def _dmi(request: pytest.FixtureRequest) -> Harness:
     def busy(instance: Instance, on: bool) -> None:
         rig.fake.set_busy(instance.uuid.removeprefix("MIG-"), on)  # DMI keeps the bare mig_uuid
 
+    # The fake's DRM nodes: card<index + 1> and renderD<128 + index> (fakes.dmi.host_nodes).
+    nodes = CardNodes(("/dev/kfd", "/dev/mkfd"),
+                      lambda index: (f"/dev/dri/card{index + 1}", f"/dev/dri/renderD{128 + index}"),
+                      ("/opt/hyhal",))
     hands = LibraryHands(rig.fake, "nvml", busy)
-    return Harness("dmi", open_dmi(rig), node, hands, busy_unknown="no per-partition process query")
+    return Harness("dmi", open_dmi(rig), node, hands, busy_unknown="no per-partition process query",
+                   card_nodes=nodes)
 
 
 def _library(request: pytest.FixtureRequest, kind: str) -> Path:

@@ -272,6 +272,26 @@ def test_a_container_gets_its_partitions_as_its_vendor_allows(harness: Harness) 
         assert all(any(i.uuid in value for value in env.values()) for i in (a, b))
 
 
+def test_whole_cards_are_handed_over_as_their_vendor_hands_them(harness: Harness) -> None:
+    """What a container needs for the cards its logical slices sit on: the card UUIDs where the
+    vendor's runtime takes them from the env (NVIDIA), the shared nodes once and each card's own,
+    the vendor's mounts; as many cards as it is given. The mode does not matter: the last card is
+    sliced on the NVIDIA and T-Head nodes and in partition mode on Hygon's (its mode is
+    node-wide, and this node's is on)."""
+    cards = harness.driver.cards()
+    nodes = harness.card_nodes
+    for given in (cards[-1:], cards):
+        edits = harness.driver.card_edits(given)
+        env = harness.cards_env
+        assert edits.env == ({} if env is None else {env: ",".join(c.uuid for c in given)})
+        own = [path for card in given for path in nodes.own(card.index)]
+        assert [d.container_path for d in edits.devices] == [*nodes.shared, *own]
+        assert [(m.container_path, m.read_only) for m in edits.mounts] == [
+            (path, True) for path in nodes.mounts]
+        # Host paths are the container paths under the driver root.
+        assert all(e.host_path.endswith(e.container_path) for e in (*edits.devices, *edits.mounts))
+
+
 def test_probe_view_shows_the_library_beside_the_tables(harness: Harness) -> None:
     inst = harness.driver.create(InstanceSpec(0, harness.smallest.name, 0))
     view = probe.gather(harness.driver)

@@ -72,6 +72,20 @@ def test_nodes_name_the_card_and_the_capabilities_the_driver_published(
         driver.container_edits([inst])  # gone with the instance
 
 
+def test_whole_cards_get_the_control_nodes_once_and_each_card_node(
+    no_complaints: FakeNvml, roots: Roots
+) -> None:
+    driver = _nvml(roots)
+    cards = driver.cards()
+    edits = driver.card_edits([cards[1], cards[3]])  # card 3 is the sliced A100
+    host = roots.driver_root
+    assert [(d.container_path, d.host_path) for d in edits.devices] == [
+        (p, str(host / p.lstrip("/")))
+        for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1", "/dev/nvidia3")
+    ]
+    assert edits.env == {"NVIDIA_VISIBLE_DEVICES": f"{cards[1].uuid},{cards[3].uuid}"}
+
+
 def test_a_capability_file_without_a_minor_is_an_error(tmp_path: Path) -> None:
     roots = Roots(tmp_path, tmp_path / "proc")
     access = tmp_path / "proc/driver/nvidia/capabilities/gpu0/mig/gi3/access"

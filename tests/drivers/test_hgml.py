@@ -112,6 +112,18 @@ def test_a_ppu_node_with_another_minor_is_refused(rig: Rig) -> None:
         driver.container_edits([inst])
 
 
+def test_a_whole_ppu_is_handed_over_only_through_a_node_of_its_own_minor(rig: Rig) -> None:
+    rig.require_nodes()
+    driver = open_hgml(rig)
+    [card] = driver.cards()
+    node = rig.root / "dev/alixpu_ppu0"
+    assert os.minor(node.stat().st_rdev) == card.minor
+    node.unlink()
+    os.mknod(node, 0o20666, os.makedev(510, 2))  # the next PPU's minor
+    with pytest.raises(ReadError, match="has minor 2, but the card reports 1"):
+        driver.card_edits([card])
+
+
 def test_a_missing_capability_node_is_refused(rig: Rig) -> None:
     rig.require_nodes()
     driver = open_hgml(rig)
