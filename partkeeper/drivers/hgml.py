@@ -5,7 +5,7 @@ compute instance (CI) spanning it; ids are per card; the partition's identity is
 UUID the library reports for the CI, and (as NVIDIA's) a successor at the same slot may reproduce
 it, which is why only claims tell them apart. What differs: profiles are found by probing indices
 0..84 (an index is not the profile id) and matched by normalised name; the container gets device
-nodes, not an environment variable (device_nodes.py). Every enumeration fails closed.
+nodes, not an environment variable (thead_nodes.py). Every enumeration fails closed.
 """
 
 from __future__ import annotations
