@@ -3,15 +3,15 @@
 One harness per driver kind, and the contract suite (test_contract.py, test_half_done.py) runs on
 every one. A harness describes its node (the partition-mode cards by profiles.py model, then the
 sliced ones), what its vendor does that others do not (identity of a successor, whether busy can be
-read), the nodes its host hands whole cards over with, and which faults its fake can inject; a test
-reads those and never asks which driver it has.
+read), the nodes its host hands whole cards over with, and how its fake injects each fault (every
+harness can inject all of them); a test reads those and never asks which driver it has.
 
 A driver added later adds a node to `NODES` and a builder to `BUILDERS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -104,8 +104,6 @@ FAULT_CALLS: dict[Fault, str] = {
 
 class Hands:
     """What a test does to the "hardware" that no driver call does."""
-
-    cannot: Mapping[Fault, str] = {}  # faults this fake cannot inject, and why
 
     def set_busy(self, instance: Instance, on: bool) -> None:
         raise NotImplementedError
@@ -202,12 +200,6 @@ class Harness:
         slot is not the card's first (H100 3g.40gb at 4, PPU 4g.48gb at 4, DCU 4g.31gb at 2)."""
         shape = max((p for p in self.tables.values() if len(p.starts) > 1), key=lambda p: p.size)
         return shape, shape.starts[-1]
-
-    def require(self, *faults: Fault) -> None:
-        """Skip the test unless this harness's fake can inject every one of `faults`."""
-        for fault in faults:
-            if fault in self.hands.cannot:
-                pytest.skip(f"{self.kind}: {self.hands.cannot[fault]}")
 
     def fail(self, fault: Fault) -> None:
         """The next call of `fault`'s kind fails with an error the driver cannot classify."""

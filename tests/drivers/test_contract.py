@@ -315,7 +315,6 @@ def test_a_gpu_instance_left_without_compute_instance_is_completed_by_the_retry(
 ) -> None:
     """What a crash inside create leaves (a GI without CI at the claim's spec) is finished by the
     retried create, so the claim gets a UUID instead of adopting an instance without one."""
-    harness.require("ci_create", "gi_destroy")
     profile, start = harness.away_from_zero
     spec = InstanceSpec(0, profile.name, start)
     harness.fail("ci_create")

@@ -43,7 +43,6 @@ def _recorded(inst: Instance, state: str) -> tuple[Claim, CardClaims]:
 
 
 def test_a_half_done_destroy_is_finished_and_the_slot_comes_back(harness: Harness) -> None:
-    harness.require("gi_destroy")
     driver = harness.driver
     profile, start = harness.away_from_zero
     inst = driver.create(InstanceSpec(0, profile.name, start))
@@ -69,7 +68,6 @@ def test_a_half_done_destroy_is_finished_and_the_slot_comes_back(harness: Harnes
 
 
 def test_a_destroy_with_the_recorded_identity_finishes_a_half_done_one(harness: Harness) -> None:
-    harness.require("gi_destroy")
     driver = harness.driver
     profile, start = harness.away_from_zero
     inst = driver.create(InstanceSpec(0, profile.name, start))
@@ -83,7 +81,6 @@ def test_a_destroy_with_the_recorded_identity_finishes_a_half_done_one(harness: 
 
 
 def test_a_remnant_of_another_gpu_instance_is_not_taken_for_the_claim(harness: Harness) -> None:
-    harness.require("gi_destroy")
     driver = harness.driver
     small = harness.smallest
     mine = driver.create(InstanceSpec(0, small.name, small.starts[0]))
@@ -100,7 +97,6 @@ def test_a_remnant_of_another_gpu_instance_is_not_taken_for_the_claim(harness: H
 async def test_a_resumed_allocate_completes_a_gpu_instance_left_without_compute_instance(
     harness: Harness, js, node: str
 ) -> None:
-    harness.require("ci_create", "gi_destroy")
     driver = harness.driver
     profile, start = harness.away_from_zero
     spec = InstanceSpec(0, profile.name, start)
