@@ -168,6 +168,13 @@ class Harness:
     hands: Hands
     busy_unknown: str | None = None  # why is_busy cannot answer (its ReadError says so), if so
     card_nodes: CardNodes = CardNodes()
+    # How the library numbers a new GPU instance at (start, size): None for the lowest free id
+    # from 1 (the sim, HGML, DMI), else the slot's own id (NVML: nvml_slot_gi).
+    slot_gi: Callable[[int, int], int] | None = None
+
+    def new_gi(self, start: int, size: int, lowest: int) -> int:
+        """The GI id a create at (start, size) gets, where `lowest` is the lowest free one."""
+        return self.slot_gi(start, size) if self.slot_gi is not None else lowest
 
     @property
     def vendor(self) -> profiles.Vendor:
@@ -223,6 +230,12 @@ def _sim(kind: str) -> Callable[[pytest.FixtureRequest], Harness]:
     return build
 
 
+def nvml_slot_gi(start: int, size: int) -> int:
+    """Real NVML's GI id of the slot (start, size) of an 8-slot card: its node in the slot tree
+    (full card 0, halves 1-2, quarters 3-6, eighths 7-14), as the C fake gives them."""
+    return 8 // size - 1 + start // size
+
+
 def _nvml(request: pytest.FixtureRequest) -> Harness:
     from partkeeper.drivers.nvml import NvmlDriver
 
@@ -238,7 +251,7 @@ def _nvml(request: pytest.FixtureRequest) -> Harness:
     # The fake's minor is the card's index; no control node exists under tmp/dev.
     nodes = CardNodes(own=lambda index: (f"/dev/nvidia{index}",))
     hands = LibraryHands(fake, "nvml", busy)
-    return Harness("nvml", driver, NODES["nvml"], hands, card_nodes=nodes)
+    return Harness("nvml", driver, NODES["nvml"], hands, card_nodes=nodes, slot_gi=nvml_slot_gi)
 
 
 def _hgml(request: pytest.FixtureRequest) -> Harness:

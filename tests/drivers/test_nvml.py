@@ -111,7 +111,7 @@ def test_unversioned_and_versioned_profile_calls_agree(no_complaints: FakeNvml) 
     v2 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(dev, const)
     assert (v1.id, v1.sliceCount, v1.instanceCount) == (v2.id, v2.sliceCount, v2.instanceCount)
     carve(H100, const, 4, with_ci=False)
-    gi = pynvml.nvmlDeviceGetGpuInstanceById(dev, 1)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(dev, 2)  # the slot's id: the second half
     c1 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0, version=1)
     c2 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0)
     assert (c1.id, c1.sliceCount, c1.instanceCount) == (c2.id, c2.sliceCount, 1)
@@ -253,7 +253,7 @@ def test_a_gpu_instance_with_a_compute_instance_refuses_destroy(no_complaints: F
     """NVML's own rule, which the driver's order (CIs first) respects."""
     driver = NvmlDriver()
     driver.create(InstanceSpec(H100, "7g.80gb", 0))
-    gi = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(H100), 1)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(H100), 0)
     with pytest.raises(pynvml.NVMLError) as err:
         pynvml.nvmlGpuInstanceDestroy(gi)
     assert err.value.value == nv.ERROR_IN_USE
