@@ -12,13 +12,21 @@ library as given (no argtypes), so every struct the header takes by pointer is p
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, card_nodes, partition_nodes
+from partkeeper.devices import (
+    DeviceNode,
+    DeviceNodeError,
+    MakeNode,
+    Roots,
+    card_nodes,
+    partition_nodes,
+)
 from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
     Card,
@@ -76,12 +84,16 @@ class NvmlDriver:
     name = "nvml"
     same_partition = staticmethod(slot_identity)
 
-    def __init__(self, *, root: Path = Path("/"), proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self, *, root: Path = Path("/"), proc_root: Path = Path("/proc"),
+        make_node: MakeNode = os.mknod,
+    ) -> None:
         self._nv: ModuleType = _load()
         self._info: dict[int, CardInfo] = {}
-        # Where the device nodes live on the host (PK_DRIVER_ROOT) and where the kernel driver
-        # publishes the MIG capability minors (PK_PROC_ROOT).
-        self._roots = Roots(root, proc_root)
+        # Where the device nodes live on the host (PK_DRIVER_ROOT), where the kernel driver
+        # publishes the MIG capability minors and /proc/devices (PK_PROC_ROOT), and how a missing
+        # capability node is made (os.mknod; a test without CAP_MKNOD hands its own).
+        self._roots = Roots(root, proc_root, make_node)
 
     def close(self) -> None:
         self._read("close", None, "shutting NVML down", self._nv.nvmlShutdown)
@@ -396,7 +408,7 @@ class NvmlDriver:
         try:
             return partition_nodes(self._roots, minor, inst.gi_id, inst.ci_id)
         except DeviceNodeError as exc:
-            cause = f"its device nodes cannot be named: {exc}"
+            cause = f"its device nodes cannot be handed over: {exc}"
             raise ReadError(op, card, inst.uuid or f"GI {inst.gi_id}", cause) from exc
 
     def probe_view(self, card: int) -> dict[str, Any]:
