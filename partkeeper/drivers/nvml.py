@@ -164,14 +164,29 @@ class NvmlDriver:
                 continue
             ours = nvml_tables.match(table, info) if const in base else None
             label = ours.name if ours else nvml_tables.nvml_name(info) or f"nvml-profile-{info.id}"
-            where = "reading the placements of " + label
-            spots = self._read(op, card, where, nvml_tables.placements, nv, dev, info.id)
-            found.append(GiProfile(label, const, info.id, info.instanceCount, spots, ours))
+            spots, unplaceable = self._placements(op, card, dev, info.id, label)
+            found.append(
+                GiProfile(label, const, info.id, info.instanceCount, spots, ours, unplaceable)
+            )
         problem = nvml_tables.disagreement(found, model) if model else ""
         refused = model if problem else None
         self._info[card] = CardInfo(name, None if problem else model, tuple(found),
                                     f"{refused}: {problem}" if problem else "")
         return self._info[card]
+
+    def _placements(
+        self, op: str, card: int, dev: Any, nvml_id: int, label: str
+    ) -> tuple[tuple[tuple[int, int], ...], str]:
+        """A profile's placements, and NVML's answer when it has none for a profile it lists
+        (NOT_SUPPORTED, INVALID_ARGUMENT: "no placements", as NVIDIA's DRA driver reads them,
+        cmd/gpu-kubelet-plugin/nvlib.go); any other error is a ReadError for the card."""
+        nv = self._nv
+        try:
+            return nvml_tables.placements(nv, dev, nvml_id), ""
+        except nv.NVMLError as exc:
+            if self._code(exc) in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+                return (), str(exc)
+            raise ReadError(op, card, None, f"reading the placements of {label}: {exc}") from exc
 
     def _profile_info(self, op: str, card: int, dev: Any, const: int) -> Any | None:
         nv = self._nv

@@ -52,7 +52,7 @@ def _table_profile(p: profiles.Profile) -> dict[str, Any]:
     spots = [list(x) for x in p.placements()]
     return {"name": p.name, "nvml_id": None, "nvml_profile": None,
             "instances": profiles.max_instances(p), "placements": spots,
-            "table_placements": spots, "matches": True}
+            "placements_error": None, "table_placements": spots, "matches": True}
 
 
 def _table_view(card: Card) -> dict[str, Any]:
@@ -91,6 +91,8 @@ def render(view: dict[str, Any]) -> None:
         print(f"card {card['index']} {card['model']} {card['uuid']} ({mode}; {agrees})")
         for p in card["profiles"]:
             starts = ",".join(str(s) for s, _ in p["placements"])
+            if p.get("placements_error"):
+                starts = f"none (NVML: {p['placements_error']})"
             ident = "" if p["nvml_id"] is None else f" nvml id {p['nvml_id']}"
             print(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
         for i in card["instances"]:

@@ -155,6 +155,37 @@ def test_a_card_whose_nvml_view_disagrees_is_refused_and_says_why(fake_nvml: Fak
     assert [i.start for i in driver.instances(H100)] == [3]  # still listed, still occupied
 
 
+def test_placements_in_another_order_agree_with_the_tables(no_complaints: FakeNvml) -> None:
+    """nvml.h promises no order: the same placements listed highest start first are the same."""
+    for const in (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+                  pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE):
+        no_complaints.set_placements(H100, const, descending=True)
+    driver = NvmlDriver()
+    info = driver.card_info("list", H100, pynvml.nvmlDeviceGetHandleByIndex(H100))
+    three = next(p for p in info.gi_profiles if p.name == "3g.40gb")
+    assert three.placements == ((4, 4), (0, 4))  # as NVML listed them
+    assert info.problem == "" and driver.cards()[H100].model == "H100-80GB"
+    view = driver.probe_view(H100)
+    assert all(p["matches"] for p in view["profiles"] if p["matches"] is not None)
+
+
+@pytest.mark.parametrize("code", [nv.ERROR_NOT_SUPPORTED, nv.ERROR_INVALID_ARGUMENT])
+def test_a_profile_nvml_cannot_place_has_no_placements(no_complaints: FakeNvml, code: int) -> None:
+    """A profile the card lists but cannot place: the node's cards are still read. One the tables
+    do not use (1g.10gb+me) changes nothing; a base one refuses that card alone, saying why."""
+    no_complaints.set_placements(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, code)
+    no_complaints.set_placements(A100, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, code)
+    driver = NvmlDriver()
+    cards = driver.cards()  # no ReadError for the whole node
+    answer = "Not Supported" if code == nv.ERROR_NOT_SUPPORTED else "Invalid Argument"
+    assert (cards[H100].model, cards[H100].problem) == ("H100-80GB", "")
+    assert cards[A100].problem == f"A100-40GB: NVML gives no placements for 2g.10gb ({answer})"
+    assert cards[2].problem == ""  # the H200 is untouched
+    me = next(p for p in driver.probe_view(H100)["profiles"] if p["name"] == "1g.10gb+me")
+    assert (me["placements"], me["placements_error"]) == ([], answer)
+    assert driver.create(InstanceSpec(H100, "1g.10gb", 0)).gi_id == 7
+
+
 def test_a_refused_card_offers_no_resource(fake_nvml: FakeNvml) -> None:
     """What the allocator advertises from the driver's cards: nothing on the refused H100."""
     fake_nvml.set_profile(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE, (0,), 2)

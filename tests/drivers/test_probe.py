@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pynvml
+from fakes import nvml as nv
 from fakes.nvml import FakeNvml
 
 from partkeeper.drivers.base import InstanceSpec
@@ -89,3 +90,13 @@ def test_probe_on_the_sim_driver(tmp_path: Path) -> None:
     assert a100["matches_tables"] and a100["instances"][0]["profile"] == "3g.20gb"
     assert {p["name"] for p in a100["profiles"]} >= {"1g.5gb", "7g.40gb"}
     assert sliced["mode"] == "sliced" and sliced["profiles"] == []
+
+
+def test_probe_reports_a_profile_without_placements(fake_nvml: FakeNvml) -> None:
+    fake_nvml.set_placements(0, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+                             nv.ERROR_NOT_SUPPORTED)
+    result = probe({**fake_nvml.env(), "PK_DRIVER": "nvml"})
+    assert result.returncode == 0, result.stderr
+    assert "profile 1g.10gb+me nvml id 20: 1 max, starts none (NVML: Not Supported)" in (
+        result.stdout)
+    assert "card 0 H100-80GB" in result.stdout and "matches the tables" in result.stdout

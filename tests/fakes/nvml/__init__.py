@@ -77,9 +77,12 @@ class FakeNvml(FakeLibrary):
         rc = self.lib.fake_nvml_set_profile(bytes(self.state), gpu, profile_const, mask, count)
         self.check(rc, f"changing profile {profile_const} of card {gpu}")
 
-    def set_placements_error(self, gpu: int, profile_const: int, code: int) -> None:
-        """Card `gpu` answers `code` (0: its placements again) for one GI profile's placements."""
-        rc = self.lib.fake_nvml_set_placements_rc(bytes(self.state), gpu, profile_const, code)
+    def set_placements(self, gpu: int, profile_const: int, code: int = SUCCESS,
+                       descending: bool = False) -> None:
+        """Card `gpu` answers `code` (SUCCESS: its placements) for one GI profile's placements,
+        listing them highest start first when `descending`."""
+        rc = self.lib.fake_nvml_set_placements(bytes(self.state), gpu, profile_const, code,
+                                               int(descending))
         self.check(rc, f"making profile {profile_const} of card {gpu} answer {code}")
 
     def set_mig_mode(self, gpu: int, current: bool, pending: bool | None = None) -> None:

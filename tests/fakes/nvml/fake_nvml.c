@@ -36,10 +36,10 @@
 /* NVIDIA's profile ids, instance counts and placements (memory slices, start bitmask). */
 #define MODEL(key, nm, mib, m1, m2, m3, m4, m7, n1, n1x2, n2, n3, n4, n7)                     \
     {key, nm, mib, 1,                                                                         \
-     {{P1, 19, 1, 7, 1, 0x7f, m1, n1, 0},       {P1ME, 20, 1, 1, 1, 0x7f, m1, n1 "+me", 0},  \
-      {P1X2, 15, 1, 4, 2, 0x55, m2, n1x2, 0},   {P2, 14, 2, 3, 2, 0x15, m2, n2, 0},          \
-      {P3, 9, 3, 2, 4, 0x11, m3, n3, 0},        {P4, 5, 4, 1, 4, 0x01, m4, n4, 0},           \
-      {P7, 0, 7, 1, 8, 0x01, m7, n7, 0}}}
+     {{P1, 19, 1, 7, 1, 0x7f, m1, n1, 0, 0},     {P1ME, 20, 1, 1, 1, 0x7f, m1, n1 "+me", 0, 0},\
+      {P1X2, 15, 1, 4, 2, 0x55, m2, n1x2, 0, 0}, {P2, 14, 2, 3, 2, 0x15, m2, n2, 0, 0},        \
+      {P3, 9, 3, 2, 4, 0x11, m3, n3, 0, 0},      {P4, 5, 4, 1, 4, 0x01, m4, n4, 0, 0},         \
+      {P7, 0, 7, 1, 8, 0x01, m7, n7, 0, 0}}}
 
 static const model_def MODELS[] = {
     MODEL("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, 4864, 9856, 19968, 19968, 40192,
@@ -390,8 +390,9 @@ int fake_nvml_set_profile(const char *path, unsigned gpu, unsigned cnst, unsigne
 }
 
 /* Make card `gpu` answer `rc` (an nvmlReturn_t; 0: its placements again) when asked for the
- * placements of GI profile `cnst`: a profile the card lists but cannot place. */
-int fake_nvml_set_placements_rc(const char *path, unsigned gpu, unsigned cnst, int rc) {
+ * placements of GI profile `cnst` (a profile the card lists but cannot place), and list them
+ * highest start first when `descending` (nvml.h promises no order). */
+int fake_nvml_set_placements(const char *path, unsigned gpu, unsigned cnst, int rc, unsigned descending) {
     fake_session s;
     if (control(&s, path) != 0) return -1;
     nvml_state *st = (nvml_state *)s.state;
@@ -399,6 +400,7 @@ int fake_nvml_set_placements_rc(const char *path, unsigned gpu, unsigned cnst, i
     for (unsigned i = 0; gpu < st->ngpus && i < st->gpu[gpu].nprofiles; i++)
         if (st->gpu[gpu].profiles[i].cnst == cnst) {
             st->gpu[gpu].profiles[i].placements_rc = rc;
+            st->gpu[gpu].profiles[i].descending = descending;
             found = 0;
         }
     fake_end(&s, found == 0);

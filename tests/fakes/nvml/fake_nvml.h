@@ -27,6 +27,7 @@ typedef struct {
     unsigned long long memory_mb;
     char name[32];
     int placements_rc; /* nonzero: what nvmlDeviceGetGpuInstancePossiblePlacements answers */
+    unsigned descending; /* nonzero: the placements listed highest start first */
 } gi_profile;
 
 typedef struct {

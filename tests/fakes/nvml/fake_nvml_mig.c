@@ -113,8 +113,10 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(nvmlDevice_t device, uns
     if (!fake_readable(placements, n * sizeof *placements))
         return fk_reject(&c, __func__, "placements is not a valid pointer");
     unsigned k = 0;
-    for (unsigned s = 0; s < SLICES; s++)
+    for (unsigned i = 0; i < SLICES; i++) {
+        unsigned s = p->descending ? SLICES - 1 - i : i;
         if ((p->starts >> s) & 1) placements[k++] = (nvmlGpuInstancePlacement_t){s, p->size};
+    }
     *count = n;
     return fk_end(&c, NVML_SUCCESS);
 }
