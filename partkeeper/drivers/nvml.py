@@ -36,6 +36,7 @@ from partkeeper.drivers.base import (
     InstanceSpec,
     InUseError,
     LibraryMissing,
+    ModeOffError,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -372,6 +373,13 @@ class NvmlDriver:
             if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
                 cause = f"no GPU instance {expected.gi_id} exists"
                 raise NotFoundError(op, card, name, cause) from exc
+            if self._code(exc) == nv.NVML_ERROR_NOT_SUPPORTED:
+                # nvml.h: NOT_SUPPORTED "if device doesn't have MIG mode enabled". With MIG off
+                # no GPU instance exists, so the destroy is done; NVIDIA's DRA driver treats it
+                # as success too (cmd/gpu-kubelet-plugin/nvlib.go, deleteMigDevice).
+                cause = (f"NVML answers {exc} for GPU instance {expected.gi_id}: MIG mode was "
+                         "switched off on the card, so no GPU instance can exist on it")
+                raise ModeOffError(op, card, name, cause) from exc
             cause = f"looking up GPU instance {expected.gi_id}: {exc}"
             raise ReadError(op, card, name, cause) from exc
         gi = self._describe(op, card, dev, handle)

@@ -22,6 +22,7 @@ from partkeeper.drivers.base import (
     InstanceSpec,
     InUseError,
     LibraryMissing,
+    ModeOffError,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -278,6 +279,19 @@ def test_destroy_maps_nvml_errors(
     with pytest.raises(error) as err:
         driver.destroy(inst)
     assert type(err.value) is error and "card 0" in str(err.value)
+
+
+def test_a_destroy_after_mig_was_switched_off_is_mode_off(no_complaints: FakeNvml) -> None:
+    """MIG off under the driver: NVML answers NOT_SUPPORTED for the GPU instance, and no GPU
+    instance can exist, so the destroy reports the partition gone (a NotFoundError) saying why."""
+    driver = NvmlDriver()
+    inst = driver.create(InstanceSpec(H100, "7g.80gb", 0))
+    no_complaints.set_mig_mode(H100, current=False)
+    with pytest.raises(ModeOffError) as err:
+        driver.destroy(inst)
+    assert isinstance(err.value, NotFoundError) and err.value.kind == "mode_off"
+    assert "Not Supported for GPU instance 0: MIG mode was switched off" in str(err.value)
+    assert driver.instances(H100) == [] and driver.cards()[H100].mode == "sliced"
 
 
 def test_a_gpu_instance_with_a_compute_instance_refuses_destroy(no_complaints: FakeNvml) -> None:
