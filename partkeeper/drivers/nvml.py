@@ -223,8 +223,12 @@ class NvmlDriver:
         dev = self.device("list", card)
         if not self._mig_enabled("list", card, dev):
             return []
-        gis = self._gpu_instances("list", card, dev)
-        migs = self._mig_devices("list", card, dev)
+        return self._listed("list", card, dev)
+
+    def _listed(self, op: str, card: int, dev: Any) -> list[Instance]:
+        """The card's instances, MIG enabled: the GPU instances and one walk of the MIG devices."""
+        gis = self._gpu_instances(op, card, dev)
+        migs = self._mig_devices(op, card, dev)
         return [_instance(card, gi, migs.get(gi.gi_id, [])) for gi in gis]
 
     def _gpu_instances(self, op: str, card: int, dev: Any) -> list[_Gi]:
@@ -249,7 +253,10 @@ class NvmlDriver:
         return _Gi(handle, info.id, label, place.start, place.size)
 
     def _mig_devices(self, op: str, card: int, dev: Any) -> dict[int, list[_Mig]]:
-        """The MIG devices (one per CI) by GI id, lowest CI id first."""
+        """The MIG devices (one per CI) by GI id, lowest CI id first: a walk of every MIG device
+        index, four NVML calls each, which NVIDIA measured at seconds under load
+        (k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin/nvlib.go createMigDevice). So every
+        operation walks at most once and passes the result down."""
         nv = self._nv
         total = self._read(op, card, "counting MIG devices", nv.nvmlDeviceGetMaxMigDeviceCount, dev)
         found: dict[int, list[_Mig]] = {}
@@ -270,13 +277,13 @@ class NvmlDriver:
 
     def processes(self, op: str, card: int, gi_id: int) -> int:
         """How many processes run on the MIG devices of GPU instance `gi_id`."""
-        nv = self._nv
         devices = self._mig_devices(op, card, self.device(op, card)).get(gi_id, [])
+        return self._running(op, card, devices)
+
+    def _running(self, op: str, card: int, devices: list[_Mig]) -> int:
         what = "listing the processes"
-        return sum(
-            len(self._read(op, card, what, nv.nvmlDeviceGetComputeRunningProcesses, mig))
-            for _, _, mig in devices
-        )
+        read = self._nv.nvmlDeviceGetComputeRunningProcesses
+        return sum(len(self._read(op, card, what, read, mig)) for _, _, mig in devices)
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -288,7 +295,7 @@ class NvmlDriver:
         if not self._mig_enabled(op, card, dev):
             raise PlacementError(op, card, None, "MIG mode is not enabled on the card")
         gi_profile, ours = self._legal(spec, dev)
-        existing = self.instances(card)  # a failed read refuses the create (fail closed)
+        existing = self._listed(op, card, dev)  # a failed read refuses the create (fail closed)
         for other in existing:
             if (other.profile, other.start) == (spec.profile, spec.start) and not other.complete:
                 return self._finish_leftover(spec, ours, dev, other)
@@ -342,14 +349,29 @@ class NvmlDriver:
             shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
             ci_profile = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, shared)
             ci = nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile.id)
-            ci_id = nv.nvmlComputeInstanceGetInfo(ci).id
+            ci_info = nv.nvmlComputeInstanceGetInfo(ci)
+            ci_id = ci_info.id
             step = "finding its MIG device UUID"
-            found = self._mig_devices("create", spec.card, dev).get(gi_id, [])
-            uuid = next(u for c, u, _ in found if c == ci_id)
+            uuid = self._new_uuid(spec.card, dev, ci_info, gi_id)
         except (nv.NVMLError, DriverError, StopIteration) as exc:
             cause = f"{step} failed ({str(exc) or 'no MIG device reports it'})"
             raise self._undo(spec, gi, ci, cause) from exc
         return Instance(spec.card, spec.profile, spec.start, ours.size, gi_id, ci_id, uuid)
+
+    def _new_uuid(self, card: int, dev: Any, ci_info: Any, gi_id: int) -> str:
+        """The UUID of a new CI's MIG device, from the CI's own device handle as NVIDIA's DRA
+        driver reads it ("a MIG device handle maps 1:1 to a CI", cmd/gpu-kubelet-plugin/nvlib.go
+        createMigDevice): one call instead of a walk. nvml.h calls that field the parent device,
+        so an answer that is no MIG UUID falls back to one walk (bench/gpu_check.sh reports which
+        the node's NVML does). Raises NVMLError, DriverError or StopIteration."""
+        nv = self._nv
+        own = nv.nvmlDeviceGetUUID(ci_info.device)
+        if isinstance(own, bytes):
+            own = own.decode()
+        if own.startswith("MIG-"):
+            return str(own)
+        found = self._mig_devices("create", card, dev).get(gi_id, [])
+        return next(u for c, u, _ in found if c == ci_info.id)
 
     def _undo(self, spec: InstanceSpec, gi: Any, ci: Any, cause: str) -> UnknownError:
         """Destroy a GI this create made and cannot finish: no half-made partition stays behind."""
@@ -455,7 +477,7 @@ class NvmlDriver:
         if instance.uuid and all(uuid != instance.uuid for _, uuid, _ in devices):
             cause = f"no MIG device of GPU instance {instance.gi_id} has this UUID"
             raise NotFoundError(op, card, instance.uuid, cause)
-        return self.processes(op, card, instance.gi_id) > 0
+        return self._running(op, card, devices) > 0  # the same walk, not a second one
 
 
 def _instance(card: int, gi: _Gi, devices: list[_Mig]) -> Instance:

@@ -281,6 +281,37 @@ def test_destroy_maps_nvml_errors(
     assert type(err.value) is error and "card 0" in str(err.value)
 
 
+WALK = "nvmlDeviceGetMaxMigDeviceCount"  # where every walk of the MIG device indices starts
+
+
+def test_each_operation_walks_the_mig_devices_once(no_complaints: FakeNvml) -> None:
+    """A walk of the MIG device indices is 1 + 7 index lookups + 3 reads per device found, and
+    NVIDIA measured walks at seconds under load: create, busy check and destroy walk once each
+    (create reads the new UUID from the CI's own device handle). Counts, not timings; the same
+    figures as bench/nvml_calls.py."""
+    fake, driver = no_complaints, NvmlDriver()
+    driver.cards()  # the static card facts, read once
+    for start in range(6):
+        driver.create(InstanceSpec(H100, "1g.10gb", start))
+
+    def counted(fn):
+        calls, walks = fake.total_calls(), fake.calls(WALK)
+        result = fn()
+        return result, fake.total_calls() - calls, fake.calls(WALK) - walks
+
+    walk = 1 + 7 + 3 * 6  # six MIG devices there
+    inst, calls, walks = counted(lambda: driver.create(InstanceSpec(H100, "1g.10gb", 6)))
+    # handle, MIG mode; 7 profiles' GIs, 6 described; the walk; GI, info, CI profile, CI, info, UUID
+    assert (walks, calls) == (1, 2 + 7 + 6 + walk + 6)
+    assert inst.uuid in {i.uuid for i in driver.instances(H100)}
+    busy, calls, walks = counted(lambda: driver.is_busy(inst))
+    walk += 3  # seven now
+    assert (busy, walks, calls) == (False, 1, 1 + walk + 1)  # handle, walk, its processes
+    _, calls, walks = counted(lambda: driver.destroy(inst))
+    # handle, GI by id, its info; the walk; CI by id, CI destroy, GI destroy
+    assert (walks, calls) == (1, 3 + walk + 3)
+
+
 def test_a_destroy_after_mig_was_switched_off_is_mode_off(no_complaints: FakeNvml) -> None:
     """MIG off under the driver: NVML answers NOT_SUPPORTED for the GPU instance, and no GPU
     instance can exist, so the destroy reports the partition gone (a NotFoundError) saying why."""
