@@ -312,6 +312,18 @@ def test_each_operation_walks_the_mig_devices_once(no_complaints: FakeNvml) -> N
     assert (walks, calls) == (1, 3 + walk + 3)
 
 
+def test_a_ci_info_naming_the_parent_card_falls_back_to_one_walk(no_complaints: FakeNvml) -> None:
+    """Where NVML's CI info names the parent card (as nvml.h words it) the create still finds its
+    UUID, with one more walk rather than a card UUID taken for the partition's."""
+    no_complaints.set_ci_info_parent(True)
+    driver = NvmlDriver()
+    driver.cards()
+    walks = no_complaints.calls(WALK)
+    inst = driver.create(InstanceSpec(H100, "2g.20gb", 2))
+    assert no_complaints.calls(WALK) - walks == 2
+    assert inst.uuid.startswith("MIG-") and driver.instances(H100) == [inst]
+
+
 def test_a_destroy_after_mig_was_switched_off_is_mode_off(no_complaints: FakeNvml) -> None:
     """MIG off under the driver: NVML answers NOT_SUPPORTED for the GPU instance, and no GPU
     instance can exist, so the destroy reports the partition gone (a NotFoundError) saying why."""

@@ -94,3 +94,8 @@ class FakeNvml(FakeLibrary):
     def total_calls(self) -> int:
         """Every NVML call made since the state was created (the controls not counted)."""
         return self.calls("*")
+
+    def set_ci_info_parent(self, on: bool) -> None:
+        """nvmlComputeInstanceGetInfo names the parent card (nvml.h's word) instead of the CI's
+        own MIG device (what NVIDIA's DRA driver reads the new UUID from)."""
+        self.check(self.lib.fake_nvml_set_ci_info_parent(bytes(self.state), int(on)), "CI info")

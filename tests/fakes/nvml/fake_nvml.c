@@ -431,6 +431,16 @@ int fake_nvml_set_mig_mode(const char *path, unsigned gpu, unsigned current, uns
     return 0;
 }
 
+/* Make nvmlComputeInstanceGetInfo name the parent card, as nvml.h documents the field, instead
+ * of the CI's MIG device, as NVIDIA's DRA driver reads it. */
+int fake_nvml_set_ci_info_parent(const char *path, unsigned on) {
+    fake_session s;
+    if (control(&s, path) != 0) return -1;
+    ((nvml_state *)s.state)->ci_info_parent = on != 0;
+    fake_end(&s, 1);
+    return 0;
+}
+
 /* Start or stop `processes` processes on the compute instance of MIG device `uuid`. */
 int fake_nvml_set_processes(const char *path, const char *uuid, unsigned processes) {
     fake_session s;

@@ -50,6 +50,7 @@ typedef struct {
 typedef struct {
     fake_header h;
     char proc_root[256];
+    unsigned ci_info_parent; /* nonzero: nvmlComputeInstanceGetInfo names the parent card */
     unsigned ngpus;
     gpu_state gpu[MAX_GPUS];
 } nvml_state;

@@ -333,7 +333,9 @@ nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance, n
     /* The MIG device of this CI, not the parent card: NVIDIA's DRA driver reads the new MIG
      * device's UUID from exactly this handle instead of walking every MIG device index
      * (cmd/gpu-kubelet-plugin/nvlib.go createMigDevice, "ciInfo.Device.GetUUID()"). */
-    info->device = fk_mig_handle(computeInstance->gpu, computeInstance->gi, computeInstance->ci);
+    info->device = c.st->ci_info_parent
+                       ? fk_device_handle(computeInstance->gpu) /* nvml.h: "Parent device" */
+                       : fk_mig_handle(computeInstance->gpu, computeInstance->gi, computeInstance->ci);
     info->gpuInstance = fk_gi_handle(computeInstance->gpu, computeInstance->gi);
     info->id = (unsigned)computeInstance->ci;
     info->profileId = ci->cnst;
