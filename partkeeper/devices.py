@@ -183,16 +183,15 @@ def _card(roots: Roots, card_minor: int) -> DeviceNode:
     return DeviceNode(path, roots.host(path), major=NVIDIA_MAJOR, minor=card_minor)
 
 
-def capability_node(roots: Roots, cap: Capability, major: int) -> DeviceNode:
-    """The node of one capability, made first if it is not there. Raises DeviceNodeError."""
+def _cap_node(roots: Roots, cap: Capability, major: int) -> DeviceNode:
     path = f"{CAPS_DIR}/nvidia-cap{cap.minor}"
-    ensure_node(roots, path, major, cap.minor, cap.mode)
     return DeviceNode(path, roots.host(path), major=major, minor=cap.minor)
 
 
-def partition_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> list[DeviceNode]:
-    """Every node the container needs for the MIG device (card, GI, CI), the two capability
-    nodes made where missing. Raises DeviceNodeError."""
+def _capabilities(
+    roots: Roots, card_minor: int, gi_id: int, ci_id: int
+) -> tuple[list[Capability], int]:
+    """The GI's and the CI's capability, and the nvidia-caps major. Raises DeviceNodeError."""
     gi = read_capability(capability_file(roots, card_minor, gi_id))
     ci = read_capability(capability_file(roots, card_minor, gi_id, ci_id))
     major = char_major(roots, CAPS_MODULE)
@@ -200,8 +199,37 @@ def partition_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> li
         where = roots.proc_root / "devices"
         raise DeviceNodeError(f"{where} lists no {CAPS_MODULE} character device (is the "
                               "nvidia kernel module loaded?)")
-    caps = [capability_node(roots, cap, major) for cap in (gi, ci)]
-    return _nodes(roots, [_card(roots, card_minor), *caps])
+    return [gi, ci], major
+
+
+def planned_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> list[DeviceNode]:
+    """The nodes a reply would name for the MIG device, making none (`partkeeper probe --check`).
+    Raises DeviceNodeError."""
+    caps, major = _capabilities(roots, card_minor, gi_id, ci_id)
+    return _nodes(roots, [_card(roots, card_minor), *(_cap_node(roots, c, major) for c in caps)])
+
+
+def partition_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> list[DeviceNode]:
+    """Every node the container needs for the MIG device (card, GI, CI), the two capability
+    nodes made where missing. Raises DeviceNodeError."""
+    caps, major = _capabilities(roots, card_minor, gi_id, ci_id)
+    for cap in caps:
+        ensure_node(roots, _cap_node(roots, cap, major).container_path, major, cap.minor, cap.mode)
+    return _nodes(roots, [_card(roots, card_minor), *(_cap_node(roots, c, major) for c in caps)])
+
+
+def node_state(node: DeviceNode) -> str:
+    """What is at a node's host path, read-only: "ok", "missing", or what is there instead."""
+    try:
+        st = os.lstat(node.host_path)
+    except FileNotFoundError:
+        return "missing"
+    if not stat.S_ISCHR(st.st_mode):
+        return "not a character device"
+    found = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    if node.major is not None and found != (node.major, node.minor):
+        return f"character device {found[0]}:{found[1]}, not {node.major}:{node.minor}"
+    return "ok"
 
 
 def card_nodes(roots: Roots, card_minors: Sequence[int]) -> list[DeviceNode]:

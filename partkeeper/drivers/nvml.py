@@ -24,8 +24,10 @@ from partkeeper.devices import (
     DeviceNodeError,
     MakeNode,
     Roots,
+    capability_file,
     card_nodes,
     partition_nodes,
+    planned_nodes,
 )
 from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
@@ -95,6 +97,9 @@ class NvmlDriver:
         # publishes the MIG capability minors and /proc/devices (PK_PROC_ROOT), and how a missing
         # capability node is made (os.mknod; a test without CAP_MKNOD hands its own).
         self._roots = Roots(root, proc_root, make_node)
+        # Where the last create found its UUID: "ci handle" (the CI's own device, one call) or
+        # "walk" (NVML named the parent card); for `partkeeper probe --check --mutate`.
+        self.uuid_source = ""
 
     def close(self) -> None:
         self._read("close", None, "shutting NVML down", self._nv.nvmlShutdown)
@@ -369,7 +374,9 @@ class NvmlDriver:
         if isinstance(own, bytes):
             own = own.decode()
         if own.startswith("MIG-"):
+            self.uuid_source = "ci handle"
             return str(own)
+        self.uuid_source = "walk"
         found = self._mig_devices("create", card, dev).get(gi_id, [])
         return next(u for c, u, _ in found if c == ci_info.id)
 
@@ -455,6 +462,30 @@ class NvmlDriver:
         except DeviceNodeError as exc:
             cause = f"its device nodes cannot be handed over: {exc}"
             raise ReadError(op, card, inst.uuid or f"GI {inst.gi_id}", cause) from exc
+
+    def versions(self) -> dict[str, str]:
+        """The kernel driver's and NVML's versions, for `partkeeper probe --check`."""
+        nv = self._nv
+        read = [("driver", nv.nvmlSystemGetDriverVersion), ("nvml", nv.nvmlSystemGetNVMLVersion)]
+        found = {}
+        for name, fn in read:
+            value = self._read("probe", None, f"reading the {name} version", fn)
+            found[name] = value.decode() if isinstance(value, bytes) else str(value)
+        return found
+
+    def planned_nodes(self, inst: Instance) -> list[DeviceNode]:
+        """The nodes a reply for `inst` would name, none made (`partkeeper probe --check`).
+        Raises ReadError naming what cannot be read."""
+        try:
+            return planned_nodes(self._roots, self._minor(inst.card), inst.gi_id, inst.ci_id)
+        except DeviceNodeError as exc:
+            where = inst.uuid or f"GI {inst.gi_id}"
+            raise ReadError("probe", inst.card, where, str(exc)) from exc
+
+    def capability_files(self, inst: Instance) -> list[Path]:
+        minor = self._minor(inst.card)
+        return [capability_file(self._roots, minor, inst.gi_id),
+                capability_file(self._roots, minor, inst.gi_id, inst.ci_id)]
 
     def probe_view(self, card: int) -> dict[str, Any]:
         """MIG mode (current and pending) and NVML's profiles beside the tables, for

@@ -1,9 +1,12 @@
 """`partkeeper probe [--json]`: the node's driver as partkeeper sees it, for operators.
 
 Read-only: it lists cards, MIG mode (current and pending), the profiles with the library's ids and
-legal placements, the existing instances with UUIDs and process counts, and whether each card
-agrees with the built-in tables. It never creates, destroys or changes a mode. When the library
-cannot be loaded or a read fails it prints one sentence and exits non-zero, never a traceback.
+legal placements (or why there are none), the existing instances with UUIDs and process counts,
+and whether each card agrees with the built-in tables. It never creates, destroys or changes a
+mode. `--check` (nvml) adds what a first run on a GPU needs to see, still read-only;
+`--check --mutate` also creates and destroys one partition (partkeeper/drivers/nvml_check.py).
+When the library cannot be loaded or a read fails it prints one sentence and exits non-zero, never
+a traceback.
 
 It lives with the drivers because only the driver modules touch the vendor library.
 """
@@ -21,6 +24,7 @@ from partkeeper.drivers.base import Card, Driver, LibraryMissing, ReadError
 
 EXIT_NO_LIBRARY = 2
 EXIT_READ_FAILED = 1
+EXIT_USAGE = 64
 
 
 def _tables(model: str) -> dict[str, profiles.Profile]:
@@ -81,6 +85,20 @@ def gather(driver: Driver) -> dict[str, Any]:
     return {"driver": driver.name, "cards": cards}
 
 
+def profile_lines(shown: list[dict[str, Any]]) -> list[str]:
+    """One line per profile: the library's id, the instance count and the legal starts."""
+    lines = []
+    for p in shown:
+        starts = ",".join(str(s) for s, _ in p["placements"])
+        if p.get("placements_error"):
+            starts = f"none (NVML: {p['placements_error']})"
+        elif p.get("matches") is False:
+            starts += f" (the tables: {','.join(str(s) for s, _ in p['table_placements'])})"
+        ident = "" if p["nvml_id"] is None else f" nvml id {p['nvml_id']}"
+        lines.append(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
+    return lines
+
+
 def render(view: dict[str, Any]) -> None:
     print(f"driver {view['driver']}: {len(view['cards'])} card(s)")
     for card in view["cards"]:
@@ -89,12 +107,8 @@ def render(view: dict[str, Any]) -> None:
             f"pending {'on' if mig['pending'] else 'off'}"
         agrees = "matches the tables" if card["matches_tables"] else f"REFUSED: {card['problem']}"
         print(f"card {card['index']} {card['model']} {card['uuid']} ({mode}; {agrees})")
-        for p in card["profiles"]:
-            starts = ",".join(str(s) for s, _ in p["placements"])
-            if p.get("placements_error"):
-                starts = f"none (NVML: {p['placements_error']})"
-            ident = "" if p["nvml_id"] is None else f" nvml id {p['nvml_id']}"
-            print(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
+        for line in profile_lines(card["profiles"]):
+            print(line)
         for i in card["instances"]:
             uuid = i["uuid"] or "(no compute instance)"
             count = "unknown" if i["processes"] is None else i["processes"]
@@ -103,6 +117,11 @@ def render(view: dict[str, Any]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.mutate and not args.check:
+        print("partkeeper probe: --mutate goes with --check", file=sys.stderr)
+        return EXIT_USAGE
+    if args.check:
+        return _check(args)
     try:
         config = load()
         driver = open_driver(config)
@@ -120,7 +139,35 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    """`--check`: the first run on a MIG-enabled GPU (partkeeper/drivers/nvml_check.py)."""
+    try:
+        config = load()
+        if config.driver != "nvml":
+            print(f"partkeeper probe: --check reads NVML; PK_DRIVER is {config.driver}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        from partkeeper.drivers import nvml_check  # here: it needs the nvml driver's module
+
+        driver = open_driver(config)
+        report = nvml_check.check(driver, mutate=args.mutate)  # type: ignore[arg-type]  # nvml, checked above
+    except LibraryMissing as exc:
+        print(f"partkeeper probe: {exc}", file=sys.stderr)
+        return EXIT_NO_LIBRARY
+    except (ConfigError, DriverError) as exc:
+        print(f"partkeeper probe: {exc}", file=sys.stderr)
+        return EXIT_READ_FAILED
+    print(json.dumps(report, indent=2) if args.json else "\n".join(nvml_check.render(report)))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     probe = sub.add_parser("probe", help="read-only view of the node's driver and its cards")
     probe.add_argument("--json", action="store_true", help="machine-readable output")
+    probe.add_argument("--check", action="store_true",
+                       help="nvml: versions, placements, capability files and the nodes a reply "
+                       "would name (read-only)")
+    probe.add_argument("--mutate", action="store_true",
+                       help="with --check: also create, hand over and destroy one partition, "
+                       "watched by a second NVML session")
     probe.set_defaults(func=main)

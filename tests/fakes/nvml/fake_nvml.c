@@ -267,6 +267,18 @@ static nvmlReturn_t copy_string(call *c, const char *fn, const char *text, char 
     return fk_end(c, NVML_SUCCESS);
 }
 
+/* Versions as a 550-series driver reports them (the first field of the NVML version is the CUDA
+ * major of the driver's API). */
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    BEGIN(c);
+    return copy_string(&c, __func__, "550.54.15", version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    BEGIN(c);
+    return copy_string(&c, __func__, "12.550.54.15", version, length);
+}
+
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     BEGIN(c);
     ANY_DEVICE(c, g, device);
