@@ -132,9 +132,10 @@ def char_major(roots: Roots, name: str) -> int | None:
 
 
 def _node_is(path: Path, major: int, minor: int) -> bool | None:
-    """Whether `path` is that character device: None when nothing is there."""
+    """Whether `path` is that character device (followed, as nvidia-modprobe's stat(2) does):
+    None when nothing is there."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path)
     except FileNotFoundError:
         return None
     device = os.makedev(major, minor)
@@ -153,8 +154,12 @@ def ensure_node(roots: Roots, path: str, major: int, minor: int, mode: int) -> N
         if not state:
             if not at.parent.is_dir():
                 at.parent.mkdir(mode=CAPS_DIR_MODE, parents=True, exist_ok=True)
-            roots.make_node(str(at), stat.S_IFCHR | mode, os.makedev(major, minor))
-        if stat.S_IMODE(os.lstat(at).st_mode) != mode:
+            try:
+                roots.make_node(str(at), stat.S_IFCHR | mode, os.makedev(major, minor))
+            except FileExistsError:
+                if not _node_is(at, major, minor):  # a concurrent hand-over made it first
+                    raise
+        if stat.S_IMODE(os.stat(at).st_mode) != mode:
             os.chmod(at, mode)  # mknod applies the umask; the file's mode is what counts
     except OSError as exc:
         cause = exc.strerror or str(exc)
@@ -213,9 +218,10 @@ def partition_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> li
     """Every node the container needs for the MIG device (card, GI, CI), the two capability
     nodes made where missing. Raises DeviceNodeError."""
     caps, major = _capabilities(roots, card_minor, gi_id, ci_id)
-    for cap in caps:
-        ensure_node(roots, _cap_node(roots, cap, major).container_path, major, cap.minor, cap.mode)
-    return _nodes(roots, [_card(roots, card_minor), *(_cap_node(roots, c, major) for c in caps)])
+    made = [_cap_node(roots, c, major) for c in caps]
+    for cap, node in zip(caps, made, strict=True):
+        ensure_node(roots, node.container_path, major, cap.minor, cap.mode)
+    return _nodes(roots, [_card(roots, card_minor), *made])
 
 
 def node_state(node: DeviceNode) -> str:
