@@ -124,7 +124,9 @@ def char_major(roots: Roots, name: str) -> int | None:
     except OSError as exc:
         raise DeviceNodeError(f"cannot read {path}: {exc.strerror}") from exc
     _, found, chars = text.partition("Character devices:\n")
-    for line in chars.split("\n\n", 1)[0].splitlines() if found else ():
+    for line in chars.split("\n") if found else ():
+        if not line:
+            break  # the empty line that ends the section
         number, _, module = line.strip().partition(" ")
         if module.strip() == name and number.isdigit():
             return int(number)
