@@ -367,10 +367,14 @@ class NvmlDriver:
         """The UUID of a new CI's MIG device, from the CI's own device handle as NVIDIA's DRA
         driver reads it ("a MIG device handle maps 1:1 to a CI", cmd/gpu-kubelet-plugin/nvlib.go
         createMigDevice): one call instead of a walk. nvml.h calls that field the parent device,
-        so an answer that is no MIG UUID falls back to one walk (bench/gpu_check.sh reports which
-        the node's NVML does). Raises NVMLError, DriverError or StopIteration."""
+        so an answer that is no MIG UUID, or no answer, falls back to one walk (`probe --check
+        --mutate` reports which the node's NVML does). Raises NVMLError, DriverError or
+        StopIteration."""
         nv = self._nv
-        own = nv.nvmlDeviceGetUUID(ci_info.device)
+        try:
+            own = nv.nvmlDeviceGetUUID(ci_info.device)
+        except nv.NVMLError:
+            own = ""  # not a handle this NVML answers for: the walk decides
         if isinstance(own, bytes):
             own = own.decode()
         if own.startswith("MIG-"):
