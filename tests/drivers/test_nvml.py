@@ -222,18 +222,19 @@ def test_a_gpu_instance_without_compute_instance_is_listed_and_destroyable(
 
 
 @pytest.mark.parametrize(
-    ("failing", "skip", "step"),
+    ("failing", "times", "step"),
     [
-        ("nvmlGpuInstanceCreateComputeInstance", 0, "creating its compute instance"),
-        ("nvmlDeviceGetUUID", 0, "finding its MIG device UUID"),
+        ("nvmlGpuInstanceCreateComputeInstance", 1, "creating its compute instance"),
+        # the CI handle's UUID, then the walk's: neither answers
+        ("nvmlDeviceGetUUID", 2, "finding its MIG device UUID"),
     ],
 )
 def test_a_create_that_cannot_finish_undoes_its_gpu_instance(
-    no_complaints: FakeNvml, failing: str, skip: int, step: str
+    no_complaints: FakeNvml, failing: str, times: int, step: str
 ) -> None:
     driver = NvmlDriver()
     driver.cards()  # reads the card UUIDs before the failure is armed
-    no_complaints.fail(failing, nv.ERROR_UNKNOWN, skip=skip)
+    no_complaints.fail(failing, nv.ERROR_UNKNOWN, times=times)
     with pytest.raises(UnknownError) as err:
         driver.create(InstanceSpec(H100, "2g.20gb", 2))
     message = str(err.value)
@@ -310,6 +311,16 @@ def test_each_operation_walks_the_mig_devices_once(no_complaints: FakeNvml) -> N
     _, calls, walks = counted(lambda: driver.destroy(inst))
     # handle, GI by id, its info; the walk; CI by id, CI destroy, GI destroy
     assert (walks, calls) == (1, 3 + walk + 3)
+
+
+def test_a_ci_handle_nvml_does_not_answer_for_falls_back_to_the_walk(
+    no_complaints: FakeNvml,
+) -> None:
+    driver = NvmlDriver()
+    driver.cards()
+    no_complaints.fail("nvmlDeviceGetUUID", nv.ERROR_UNKNOWN)  # the CI handle's, once
+    inst = driver.create(InstanceSpec(H100, "2g.20gb", 2))
+    assert driver.uuid_source == "walk" and driver.instances(H100) == [inst]
 
 
 def test_a_ci_info_naming_the_parent_card_falls_back_to_one_walk(no_complaints: FakeNvml) -> None:
