@@ -120,12 +120,15 @@ def main(args: argparse.Namespace) -> int:
     if args.mutate and not args.check:
         print("partkeeper probe: --mutate goes with --check", file=sys.stderr)
         return EXIT_USAGE
-    if args.check:
-        return _check(args)
     try:
         config = load()
+        if args.check and config.driver != "nvml":
+            print(f"partkeeper probe: --check reads NVML; PK_DRIVER is {config.driver}",
+                  file=sys.stderr)
+            return EXIT_USAGE
         driver = open_driver(config)
-        view = gather(driver)
+        # --check: the first run on a MIG-enabled GPU (partkeeper/drivers/nvml_check.py)
+        view = _checked(driver, args.mutate) if args.check else gather(driver)
     except LibraryMissing as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_NO_LIBRARY
@@ -134,31 +137,21 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_READ_FAILED
     if args.json:
         print(json.dumps(view, indent=2))
+    elif args.check:
+        from partkeeper.drivers import nvml_check
+
+        print("\n".join(nvml_check.render(view)))
     else:
         render(view)
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
-    """`--check`: the first run on a MIG-enabled GPU (partkeeper/drivers/nvml_check.py)."""
-    try:
-        config = load()
-        if config.driver != "nvml":
-            print(f"partkeeper probe: --check reads NVML; PK_DRIVER is {config.driver}",
-                  file=sys.stderr)
-            return EXIT_USAGE
-        from partkeeper.drivers import nvml_check  # here: it needs the nvml driver's module
+def _checked(driver: Driver, mutate: bool) -> dict[str, Any]:
+    from partkeeper.drivers import nvml_check  # here: it needs the nvml driver's module
+    from partkeeper.drivers.nvml import NvmlDriver
 
-        driver = open_driver(config)
-        report = nvml_check.check(driver, mutate=args.mutate)  # type: ignore[arg-type]  # nvml, checked above
-    except LibraryMissing as exc:
-        print(f"partkeeper probe: {exc}", file=sys.stderr)
-        return EXIT_NO_LIBRARY
-    except (ConfigError, DriverError) as exc:
-        print(f"partkeeper probe: {exc}", file=sys.stderr)
-        return EXIT_READ_FAILED
-    print(json.dumps(report, indent=2) if args.json else "\n".join(nvml_check.render(report)))
-    return 0
+    assert isinstance(driver, NvmlDriver)  # PK_DRIVER=nvml, checked by the caller
+    return nvml_check.check(driver, mutate=mutate)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
