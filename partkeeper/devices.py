@@ -46,7 +46,8 @@ CAPS_MODULE = "nvidia-caps"
 CAPS_DIR = "/dev/nvidia-caps"
 CAPS_DIR_MODE = 0o755
 DEFAULT_MODE = 0o666  # nvidia-modprobe's NV_DEVICE_FILE_MODE, for a file without DeviceFileMode
-_FIELD = re.compile(r"^(DeviceFileMinor|DeviceFileMode):\s*(\d+)\s*$", re.MULTILINE)
+_FIELD = re.compile(r"^(DeviceFileMinor|DeviceFileMode|DeviceFileModify):\s*(\d+)\s*$",
+                    re.MULTILINE)
 
 MakeNode = Callable[[str, int, int], None]  # os.mknod's (path, mode, device)
 
@@ -81,11 +82,13 @@ class Roots:
 
 @dataclass(frozen=True, slots=True)
 class Capability:
-    """What one capability file says: the node's minor and mode."""
+    """What one capability file says: the node's minor and mode, and whether its node may be made
+    (`DeviceFileModify: 0`, the driver's ModifyDeviceFiles off: nvidia-modprobe leaves it)."""
 
     path: Path
     minor: int
     mode: int
+    modify: bool = True
 
 
 def capability_file(roots: Roots, card_minor: int, gi_id: int, ci_id: int | None = None) -> Path:
@@ -104,7 +107,8 @@ def read_capability(path: Path) -> Capability:
     if "DeviceFileMinor" not in fields:
         raise DeviceNodeError(f"MIG capability {path} names no DeviceFileMinor")
     mode = int(fields.get("DeviceFileMode", DEFAULT_MODE)) & 0o777
-    return Capability(path, int(fields["DeviceFileMinor"]), mode)
+    modify = fields.get("DeviceFileModify", "1") == "1"
+    return Capability(path, int(fields["DeviceFileMinor"]), mode, modify)
 
 
 def capability_minor(path: Path) -> int:
@@ -222,7 +226,12 @@ def partition_nodes(roots: Roots, card_minor: int, gi_id: int, ci_id: int) -> li
     caps, major = _capabilities(roots, card_minor, gi_id, ci_id)
     made = [_cap_node(roots, c, major) for c in caps]
     for cap, node in zip(caps, made, strict=True):
-        ensure_node(roots, node.container_path, major, cap.minor, cap.mode)
+        if cap.modify:
+            ensure_node(roots, node.container_path, major, cap.minor, cap.mode)
+        elif (found := node_state(node)) != "ok":
+            raise DeviceNodeError(f"{node.container_path} under {roots.driver_root} is {found}, "
+                                  f"and {cap.path} says DeviceFileModify: 0 (the driver's "
+                                  "ModifyDeviceFiles is off), so it is not made here")
     return _nodes(roots, [_card(roots, card_minor), *made])
 
 

@@ -138,6 +138,23 @@ async def test_a_node_that_cannot_be_made_refuses_naming_it(
     assert not (tmp_path / "cdi").exists()
 
 
+def test_a_capability_the_driver_says_not_to_make_is_only_checked(
+    no_complaints: FakeNvml, roots: Roots
+) -> None:
+    """DeviceFileModify: 0 (ModifyDeviceFiles off): nvidia-modprobe makes nothing, so neither
+    does the driver; a missing node is refused saying so."""
+    driver = _nvml(roots)
+    inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    access = roots.proc_root / f"driver/nvidia/capabilities/gpu0/mig/gi{inst.gi_id}/access"
+    minor = _minor(access)
+    access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 0\n")
+    with pytest.raises(ReadError) as err:
+        driver.container_edits([inst])
+    assert (f"/dev/nvidia-caps/nvidia-cap{minor} under {roots.driver_root} is missing, and "
+            f"{access} says DeviceFileModify: 0") in str(err.value)
+    assert not (roots.driver_root / f"dev/nvidia-caps/nvidia-cap{minor}").exists()
+
+
 def test_without_the_caps_major_the_nodes_are_refused(
     no_complaints: FakeNvml, roots: Roots
 ) -> None:
