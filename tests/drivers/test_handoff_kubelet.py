@@ -77,14 +77,15 @@ async def test_names_without_nodes_fail_the_container_as_containerd_does(
 
 
 async def test_a_node_that_cannot_be_made_refuses_the_allocate(
-    nc, js, node: str, fake_nvml: FakeNvml, host: Path, tmp_path: Path
+    nc, js, node: str, fake_nvml: FakeNvml, tmp_path: Path
 ) -> None:
-    """Without CAP_MKNOD the Allocate is refused naming the node and why; kubelet fails the Pod
-    at admission, before any container the runtime would fail later."""
+    """Without CAP_MKNOD (the seam stands in for the kernel's EPERM, so this runs anywhere) the
+    Allocate is refused naming the node and why; kubelet fails the Pod at admission, before any
+    container the runtime would fail later."""
     def refused(path: str, mode: int, device: int) -> None:
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
 
-    driver = _driver(fake_nvml, host, tmp_path / "proc", make_node=refused)
+    driver = _driver(fake_nvml, tmp_path / "host", tmp_path / "proc", make_node=refused)
     async with node_stack(nc, node, driver=driver) as n:
         uid = await n.add_pod("a", {"main": {RESOURCE: 1}})
         await n.phase(uid, "Failed")
