@@ -184,3 +184,18 @@ def test_gpu_check_script_runs_read_only_without_the_node_tools(
     bad = subprocess.run(["bash", str(script), "--force"], env=env, capture_output=True,
                          text=True, timeout=60, check=False)
     assert bad.returncode == 64
+
+
+def test_check_says_no_where_a_second_session_missed_a_change() -> None:
+    """What a stale session (the public report) and a refused hand-over read as."""
+    from partkeeper.drivers.nvml_check import render
+
+    report = {"versions": {"nvml": "12.550.54.15", "driver": "550.54.15"}, "cards": [],
+              "mutate": {"spec": "card 0 1g.10gb at 1", "uuid": "MIG-x", "uuid_from": "walk",
+                         "nodes": [], "nodes_problem": "cannot create /dev/nvidia-caps/x",
+                         "second_session_sees_create": True,
+                         "second_session_sees_destroy": False}}
+    lines = render(report)
+    assert "--mutate: created card 0 1g.10gb at 1: MIG-x (UUID from the walk)" in lines
+    assert "  the reply would be refused: cannot create /dev/nvidia-caps/x" in lines
+    assert lines[-1] == "  a second NVML session sees the create: yes, and the destroy: NO"
