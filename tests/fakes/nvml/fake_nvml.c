@@ -5,10 +5,12 @@
  *
  * It models what partkeeper uses of MIG: cards with MIG mode current and pending, GPU-instance
  * profiles with NVIDIA's ids and legal placements (A100-40GB, H100-80GB, H200-141GB; a T4 without
- * MIG), GPU instances created at a placement with the lowest free id, compute instances inside
- * them, MIG devices by index (NOT_FOUND for an empty index), running processes per compute
- * instance, destroy refused with IN_USE while processes (for a CI) or CIs (for a GI) remain, and
- * the MIG capability files the kernel driver publishes under /proc/driver/nvidia/capabilities.
+ * MIG), GPU instances created at a placement with the slot's own id (fk_gi_id), compute instances
+ * inside them, MIG devices by index (NOT_FOUND for an empty index), running processes per compute
+ * instance, destroy refused with IN_USE while processes (for a CI) or CIs (for a GI) remain, the
+ * MIG capability files the kernel driver publishes under /proc/driver/nvidia/capabilities and
+ * /proc/devices; per profile a placements answer other than the placements, and MIG mode switched
+ * off under the caller (every instance gone, the MIG calls NOT_SUPPORTED).
  *
  * State lives in the file FAKE_NVML_STATE (see ../common/fakestate.h): every process that loads
  * the library sees the same cards, and failures are injected through it. Without the file the
