@@ -5,7 +5,8 @@ under the kind `partkeeper.io/partition`, the device named by its claim id (uniq
 the claim, unlike a MIG UUID, which a successor at the same slot reproduces), and returns the
 qualified name in the Allocate response's `cdi_devices`. The spec's container edits are the
 driver's for that partition (NVIDIA's: `NVIDIA_VISIBLE_DEVICES=<MIG uuid as the driver reports
-it>` and the device nodes) plus `PK_CLAIM_IDS` and `PK_POD_UID`. The reclaimer removes the spec
+it>` and the device nodes, each with `type: c`, major and minor where the driver knows them) plus
+`PK_CLAIM_IDS` and `PK_POD_UID`. The reclaimer removes the spec
 once the destroy is confirmed, before the claim goes.
 
 Pure builders plus two file operations (an atomic write, a removal); nothing else here.
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from partkeeper.devices import DeviceNode
 from partkeeper.drivers.base import ContainerEdits
 
 CDI_VERSION = "0.6.0"
@@ -55,10 +57,7 @@ def spec_for(
     extra = [f"{k}={v}" for k, v in sorted(env.items())]
     container: dict[str, Any] = {
         "env": [*(f"{k}={v}" for k, v in edits.env.items()), *extra],
-        "deviceNodes": [
-            {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
-            for n in edits.devices
-        ],
+        "deviceNodes": [_node(n) for n in edits.devices],
     }
     if edits.mounts:
         container["mounts"] = [
@@ -72,6 +71,17 @@ def spec_for(
         "annotations": {f"{VENDOR}/mig-uuid": mig_uuid},
         "devices": [{"name": claim_id, "containerEdits": container}],
     }
+
+
+def _node(n: DeviceNode) -> dict[str, Any]:
+    """A deviceNode; with its numbers known, also `type: c`, major and minor, so the runtime
+    makes the node in the container without a host node to stat (container-device-interface,
+    pkg/cdi/container-edits.go fillMissingInfo: a node with Type and Major is complete)."""
+    node: dict[str, Any] = {"path": n.container_path, "hostPath": n.host_path,
+                            "permissions": n.permissions}
+    if n.major is not None and n.minor is not None:
+        node.update(type="c", major=n.major, minor=n.minor)
+    return node
 
 
 def write_spec(cdi_dir: Path, claim_id: str, spec: dict[str, Any]) -> Path:

@@ -234,12 +234,13 @@ class Config:
         path, Path("/var/run/cdi"))
     driver_root: Path = setting(
         "PK_DRIVER_ROOT",
-        "host root of the driver's `/dev` nodes named in device specs (e.g. `/run/nvidia/driver`; "
-        "for hgml and dmi also of `/etc/dmi_mig_config`, `/sys` and `/opt/hyhal`)",
+        "host root of the driver's `/dev` nodes named in device specs, where nvml makes the MIG "
+        "capability nodes (e.g. `/run/nvidia/driver`; for hgml and dmi also of "
+        "`/etc/dmi_mig_config`, `/sys` and `/opt/hyhal`)",
         path, Path("/"))
     proc_root: Path = setting(
-        "PK_PROC_ROOT", "where `driver/nvidia/capabilities` (MIG capability minors) is read "
-        "(hgml: `driver/alixpu/capabilities`)",
+        "PK_PROC_ROOT", "where `driver/nvidia/capabilities` (MIG capability minors) and `devices` "
+        "(the `nvidia-caps` major) are read (hgml: `driver/alixpu/capabilities`)",
         path, Path("/proc"))
     mode: Literal["deviceplugin", "dra"] = setting(
         "PK_MODE",

@@ -170,6 +170,13 @@ class NotFoundError(DriverError):
     kind = "not_found"
 
 
+class ModeOffError(NotFoundError):
+    """The card's partition mode was switched off under the services: no instance can exist on
+    it, so the one sought is gone (a destroy meeting this is done)."""
+
+    kind = "mode_off"
+
+
 class ReadError(DriverError):
     """An enumeration failed or was partial. Never to be taken as 'absent' (fail closed)."""
 

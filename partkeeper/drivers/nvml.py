@@ -12,13 +12,23 @@ library as given (no argtypes), so every struct the header takes by pointer is p
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, card_nodes, partition_nodes
+from partkeeper.devices import (
+    DeviceNode,
+    DeviceNodeError,
+    MakeNode,
+    Roots,
+    capability_file,
+    card_nodes,
+    partition_nodes,
+    planned_nodes,
+)
 from partkeeper.drivers import nvml_tables, profiles
 from partkeeper.drivers.base import (
     Card,
@@ -28,6 +38,7 @@ from partkeeper.drivers.base import (
     InstanceSpec,
     InUseError,
     LibraryMissing,
+    ModeOffError,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -76,12 +87,19 @@ class NvmlDriver:
     name = "nvml"
     same_partition = staticmethod(slot_identity)
 
-    def __init__(self, *, root: Path = Path("/"), proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self, *, root: Path = Path("/"), proc_root: Path = Path("/proc"),
+        make_node: MakeNode = os.mknod,
+    ) -> None:
         self._nv: ModuleType = _load()
         self._info: dict[int, CardInfo] = {}
-        # Where the device nodes live on the host (PK_DRIVER_ROOT) and where the kernel driver
-        # publishes the MIG capability minors (PK_PROC_ROOT).
-        self._roots = Roots(root, proc_root)
+        # Where the device nodes live on the host (PK_DRIVER_ROOT), where the kernel driver
+        # publishes the MIG capability minors and /proc/devices (PK_PROC_ROOT), and how a missing
+        # capability node is made (os.mknod; a test without CAP_MKNOD hands its own).
+        self._roots = Roots(root, proc_root, make_node)
+        # Where the last create found its UUID: "ci handle" (the CI's own device, one call) or
+        # "walk" (NVML named the parent card); for `partkeeper probe --check --mutate`.
+        self.uuid_source = ""
 
     def close(self) -> None:
         self._read("close", None, "shutting NVML down", self._nv.nvmlShutdown)
@@ -152,14 +170,29 @@ class NvmlDriver:
                 continue
             ours = nvml_tables.match(table, info) if const in base else None
             label = ours.name if ours else nvml_tables.nvml_name(info) or f"nvml-profile-{info.id}"
-            where = "reading the placements of " + label
-            spots = self._read(op, card, where, nvml_tables.placements, nv, dev, info.id)
-            found.append(GiProfile(label, const, info.id, info.instanceCount, spots, ours))
+            spots, unplaceable = self._placements(op, card, dev, info.id, label)
+            found.append(
+                GiProfile(label, const, info.id, info.instanceCount, spots, ours, unplaceable)
+            )
         problem = nvml_tables.disagreement(found, model) if model else ""
         refused = model if problem else None
         self._info[card] = CardInfo(name, None if problem else model, tuple(found),
                                     f"{refused}: {problem}" if problem else "")
         return self._info[card]
+
+    def _placements(
+        self, op: str, card: int, dev: Any, nvml_id: int, label: str
+    ) -> tuple[tuple[tuple[int, int], ...], str]:
+        """A profile's placements, and NVML's answer when it has none for a profile it lists
+        (NOT_SUPPORTED, INVALID_ARGUMENT: "no placements", as NVIDIA's DRA driver reads them,
+        cmd/gpu-kubelet-plugin/nvlib.go); any other error is a ReadError for the card."""
+        nv = self._nv
+        try:
+            return nvml_tables.placements(nv, dev, nvml_id), ""
+        except nv.NVMLError as exc:
+            if self._code(exc) in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+                return (), str(exc)
+            raise ReadError(op, card, None, f"reading the placements of {label}: {exc}") from exc
 
     def _profile_info(self, op: str, card: int, dev: Any, const: int) -> Any | None:
         nv = self._nv
@@ -195,8 +228,12 @@ class NvmlDriver:
         dev = self.device("list", card)
         if not self._mig_enabled("list", card, dev):
             return []
-        gis = self._gpu_instances("list", card, dev)
-        migs = self._mig_devices("list", card, dev)
+        return self._listed("list", card, dev)
+
+    def _listed(self, op: str, card: int, dev: Any) -> list[Instance]:
+        """The card's instances, MIG enabled: the GPU instances and one walk of the MIG devices."""
+        gis = self._gpu_instances(op, card, dev)
+        migs = self._mig_devices(op, card, dev)
         return [_instance(card, gi, migs.get(gi.gi_id, [])) for gi in gis]
 
     def _gpu_instances(self, op: str, card: int, dev: Any) -> list[_Gi]:
@@ -221,7 +258,10 @@ class NvmlDriver:
         return _Gi(handle, info.id, label, place.start, place.size)
 
     def _mig_devices(self, op: str, card: int, dev: Any) -> dict[int, list[_Mig]]:
-        """The MIG devices (one per CI) by GI id, lowest CI id first."""
+        """The MIG devices (one per CI) by GI id, lowest CI id first: a walk of every MIG device
+        index, four NVML calls each, which NVIDIA measured at seconds under load
+        (k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin/nvlib.go createMigDevice). So every
+        operation walks at most once and passes the result down."""
         nv = self._nv
         total = self._read(op, card, "counting MIG devices", nv.nvmlDeviceGetMaxMigDeviceCount, dev)
         found: dict[int, list[_Mig]] = {}
@@ -242,13 +282,13 @@ class NvmlDriver:
 
     def processes(self, op: str, card: int, gi_id: int) -> int:
         """How many processes run on the MIG devices of GPU instance `gi_id`."""
-        nv = self._nv
         devices = self._mig_devices(op, card, self.device(op, card)).get(gi_id, [])
+        return self._running(op, card, devices)
+
+    def _running(self, op: str, card: int, devices: list[_Mig]) -> int:
         what = "listing the processes"
-        return sum(
-            len(self._read(op, card, what, nv.nvmlDeviceGetComputeRunningProcesses, mig))
-            for _, _, mig in devices
-        )
+        read = self._nv.nvmlDeviceGetComputeRunningProcesses
+        return sum(len(self._read(op, card, what, read, mig)) for _, _, mig in devices)
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -260,7 +300,7 @@ class NvmlDriver:
         if not self._mig_enabled(op, card, dev):
             raise PlacementError(op, card, None, "MIG mode is not enabled on the card")
         gi_profile, ours = self._legal(spec, dev)
-        existing = self.instances(card)  # a failed read refuses the create (fail closed)
+        existing = self._listed(op, card, dev)  # a failed read refuses the create (fail closed)
         for other in existing:
             if (other.profile, other.start) == (spec.profile, spec.start) and not other.complete:
                 return self._finish_leftover(spec, ours, dev, other)
@@ -314,14 +354,35 @@ class NvmlDriver:
             shared = nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
             ci_profile = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, shared)
             ci = nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile.id)
-            ci_id = nv.nvmlComputeInstanceGetInfo(ci).id
+            ci_info = nv.nvmlComputeInstanceGetInfo(ci)
+            ci_id = ci_info.id
             step = "finding its MIG device UUID"
-            found = self._mig_devices("create", spec.card, dev).get(gi_id, [])
-            uuid = next(u for c, u, _ in found if c == ci_id)
+            uuid = self._new_uuid(spec.card, dev, ci_info, gi_id)
         except (nv.NVMLError, DriverError, StopIteration) as exc:
             cause = f"{step} failed ({str(exc) or 'no MIG device reports it'})"
             raise self._undo(spec, gi, ci, cause) from exc
         return Instance(spec.card, spec.profile, spec.start, ours.size, gi_id, ci_id, uuid)
+
+    def _new_uuid(self, card: int, dev: Any, ci_info: Any, gi_id: int) -> str:
+        """The UUID of a new CI's MIG device, from the CI's own device handle as NVIDIA's DRA
+        driver reads it ("a MIG device handle maps 1:1 to a CI", cmd/gpu-kubelet-plugin/nvlib.go
+        createMigDevice): one call instead of a walk. nvml.h calls that field the parent device,
+        so an answer that is no MIG UUID, or no answer, falls back to one walk (`probe --check
+        --mutate` reports which the node's NVML does). Raises NVMLError, DriverError or
+        StopIteration."""
+        nv = self._nv
+        try:
+            own = nv.nvmlDeviceGetUUID(ci_info.device)
+        except nv.NVMLError:
+            own = ""  # not a handle this NVML answers for: the walk decides
+        if isinstance(own, bytes):
+            own = own.decode()
+        if own.startswith("MIG-"):
+            self.uuid_source = "ci handle"
+            return str(own)
+        self.uuid_source = "walk"
+        found = self._mig_devices("create", card, dev).get(gi_id, [])
+        return next(u for c, u, _ in found if c == ci_info.id)
 
     def _undo(self, spec: InstanceSpec, gi: Any, ci: Any, cause: str) -> UnknownError:
         """Destroy a GI this create made and cannot finish: no half-made partition stays behind."""
@@ -345,6 +406,13 @@ class NvmlDriver:
             if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
                 cause = f"no GPU instance {expected.gi_id} exists"
                 raise NotFoundError(op, card, name, cause) from exc
+            if self._code(exc) == nv.NVML_ERROR_NOT_SUPPORTED:
+                # nvml.h: NOT_SUPPORTED "if device doesn't have MIG mode enabled". With MIG off
+                # no GPU instance exists, so the destroy is done; NVIDIA's DRA driver treats it
+                # as success too (cmd/gpu-kubelet-plugin/nvlib.go, deleteMigDevice).
+                cause = (f"NVML answers {exc} for GPU instance {expected.gi_id}: MIG mode was "
+                         "switched off on the card, so no GPU instance can exist on it")
+                raise ModeOffError(op, card, name, cause) from exc
             cause = f"looking up GPU instance {expected.gi_id}: {exc}"
             raise ReadError(op, card, name, cause) from exc
         gi = self._describe(op, card, dev, handle)
@@ -396,8 +464,32 @@ class NvmlDriver:
         try:
             return partition_nodes(self._roots, minor, inst.gi_id, inst.ci_id)
         except DeviceNodeError as exc:
-            cause = f"its device nodes cannot be named: {exc}"
+            cause = f"its device nodes cannot be handed over: {exc}"
             raise ReadError(op, card, inst.uuid or f"GI {inst.gi_id}", cause) from exc
+
+    def versions(self) -> dict[str, str]:
+        """The kernel driver's and NVML's versions, for `partkeeper probe --check`."""
+        nv = self._nv
+        read = [("driver", nv.nvmlSystemGetDriverVersion), ("nvml", nv.nvmlSystemGetNVMLVersion)]
+        found = {}
+        for name, fn in read:
+            value = self._read("probe", None, f"reading the {name} version", fn)
+            found[name] = value.decode() if isinstance(value, bytes) else str(value)
+        return found
+
+    def planned_nodes(self, inst: Instance) -> list[DeviceNode]:
+        """The nodes a reply for `inst` would name, none made (`partkeeper probe --check`).
+        Raises ReadError naming what cannot be read."""
+        try:
+            return planned_nodes(self._roots, self._minor(inst.card), inst.gi_id, inst.ci_id)
+        except DeviceNodeError as exc:
+            where = inst.uuid or f"GI {inst.gi_id}"
+            raise ReadError("probe", inst.card, where, str(exc)) from exc
+
+    def capability_files(self, inst: Instance) -> list[Path]:
+        minor = self._minor(inst.card)
+        return [capability_file(self._roots, minor, inst.gi_id),
+                capability_file(self._roots, minor, inst.gi_id, inst.ci_id)]
 
     def probe_view(self, card: int) -> dict[str, Any]:
         """MIG mode (current and pending) and NVML's profiles beside the tables, for
@@ -420,7 +512,7 @@ class NvmlDriver:
         if instance.uuid and all(uuid != instance.uuid for _, uuid, _ in devices):
             cause = f"no MIG device of GPU instance {instance.gi_id} has this UUID"
             raise NotFoundError(op, card, instance.uuid, cause)
-        return self.processes(op, card, instance.gi_id) > 0
+        return self._running(op, card, devices) > 0  # the same walk, not a second one
 
 
 def _instance(card: int, gi: _Gi, devices: list[_Mig]) -> Instance:

@@ -2,11 +2,14 @@
 
 The driver reads every GPU-instance profile NVML reports (its id, slice count, instance count,
 memory) and, for the base profiles partkeeper creates, the legal placements
-(`nvmlDeviceGetGpuInstancePossiblePlacements`, count query then array). A card whose NVML view of a
-base profile disagrees with the built-in tables (other placements, another size or instance
-count) is refused: it is listed under NVML's own name and offered no profile, so capacity never
-advertises a slot the planner's tables and the hardware see differently. Its instances are still
-listed and counted occupied. docs/drivers.md records this decision.
+(`nvmlDeviceGetGpuInstancePossiblePlacements`, count query then array; compared as a set). A
+profile NVML lists but answers NOT_SUPPORTED or INVALID_ARGUMENT for when asked its placements has
+none (NVIDIA's DRA driver skips it the same way, cmd/gpu-kubelet-plugin/nvlib.go); the answer is
+kept for `partkeeper probe`, and the other profiles and cards are read as usual. A card whose NVML
+view of a base profile disagrees with the built-in tables (other placements or none, another size
+or instance count) is refused: it is listed under NVML's own name and offered no profile, so
+capacity never advertises a slot the planner's tables and the hardware see differently. Its
+instances are still listed and counted occupied. docs/drivers.md records this decision.
 """
 
 from __future__ import annotations
@@ -70,8 +73,11 @@ class GiProfile:
     nvml_const: int  # NVML_GPU_INSTANCE_PROFILE_*
     nvml_id: int  # the profile id NVML reports and create takes
     max_count: int
-    placements: tuple[tuple[int, int], ...]  # (start, size) as NVML reports them; base only
+    placements: tuple[tuple[int, int], ...]  # (start, size) as NVML reports them
     ours: profiles.Profile | None
+    # NVML's answer when it gives no placements for a profile it lists (NOT_SUPPORTED or
+    # INVALID_ARGUMENT; NVIDIA's DRA driver skips such a profile): "" when it gave them.
+    unplaceable: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +95,15 @@ def profile_view(p: GiProfile) -> dict[str, Any]:
     return {
         "name": p.name, "nvml_id": p.nvml_id, "nvml_profile": p.nvml_const,
         "instances": p.max_count, "placements": [list(x) for x in p.placements],
+        "placements_error": p.unplaceable or None,
         "table_placements": None if ours is None else [list(x) for x in ours],
-        "matches": None if ours is None else tuple(p.placements) == ours,
+        "matches": None if ours is None else same_placements(p.placements, ours),
     }
+
+
+def same_placements(nvml: tuple[tuple[int, int], ...], table: tuple[tuple[int, int], ...]) -> bool:
+    """NVML's placements against a table's, as sets: NVML's order is no promise."""
+    return set(nvml) == set(table)
 
 
 def placements(nv: ModuleType, dev: Any, nvml_id: int) -> tuple[tuple[int, int], ...]:
@@ -111,8 +123,10 @@ def disagreement(found: list[GiProfile], model: str) -> str:
     for name, nv in seen.items():
         ours = table[name]
         most = profiles.max_instances(ours)
-        if nv.placements != ours.placements():
-            problems.append(f"{name} placements {list(nv.placements)}, the tables "
+        if nv.unplaceable:
+            problems.append(f"NVML gives no placements for {name} ({nv.unplaceable})")
+        elif not same_placements(nv.placements, ours.placements()):
+            problems.append(f"{name} placements {sorted(nv.placements)}, the tables "
                             f"{list(ours.placements())}")
         elif nv.max_count != most:
             problems.append(f"{name} holds {nv.max_count} instances, the tables {most}")

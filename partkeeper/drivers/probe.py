@@ -1,9 +1,12 @@
 """`partkeeper probe [--json]`: the node's driver as partkeeper sees it, for operators.
 
 Read-only: it lists cards, MIG mode (current and pending), the profiles with the library's ids and
-legal placements, the existing instances with UUIDs and process counts, and whether each card
-agrees with the built-in tables. It never creates, destroys or changes a mode. When the library
-cannot be loaded or a read fails it prints one sentence and exits non-zero, never a traceback.
+legal placements (or why there are none), the existing instances with UUIDs and process counts,
+and whether each card agrees with the built-in tables. It never creates, destroys or changes a
+mode. `--check` (nvml) adds what a first run on a GPU needs to see, still read-only;
+`--check --mutate` also creates and destroys one partition (partkeeper/drivers/nvml_check.py).
+When the library cannot be loaded or a read fails it prints one sentence and exits non-zero, never
+a traceback.
 
 It lives with the drivers because only the driver modules touch the vendor library.
 """
@@ -21,6 +24,7 @@ from partkeeper.drivers.base import Card, Driver, LibraryMissing, ReadError
 
 EXIT_NO_LIBRARY = 2
 EXIT_READ_FAILED = 1
+EXIT_USAGE = 64
 
 
 def _tables(model: str) -> dict[str, profiles.Profile]:
@@ -52,7 +56,7 @@ def _table_profile(p: profiles.Profile) -> dict[str, Any]:
     spots = [list(x) for x in p.placements()]
     return {"name": p.name, "nvml_id": None, "nvml_profile": None,
             "instances": profiles.max_instances(p), "placements": spots,
-            "table_placements": spots, "matches": True}
+            "placements_error": None, "table_placements": spots, "matches": True}
 
 
 def _table_view(card: Card) -> dict[str, Any]:
@@ -81,6 +85,20 @@ def gather(driver: Driver) -> dict[str, Any]:
     return {"driver": driver.name, "cards": cards}
 
 
+def profile_lines(shown: list[dict[str, Any]]) -> list[str]:
+    """One line per profile: the library's id, the instance count and the legal starts."""
+    lines = []
+    for p in shown:
+        starts = ",".join(str(s) for s, _ in p["placements"])
+        if p.get("placements_error"):
+            starts = f"none (NVML: {p['placements_error']})"
+        elif p.get("matches") is False:
+            starts += f" (the tables: {','.join(str(s) for s, _ in p['table_placements'])})"
+        ident = "" if p["nvml_id"] is None else f" nvml id {p['nvml_id']}"
+        lines.append(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
+    return lines
+
+
 def render(view: dict[str, Any]) -> None:
     print(f"driver {view['driver']}: {len(view['cards'])} card(s)")
     for card in view["cards"]:
@@ -89,10 +107,8 @@ def render(view: dict[str, Any]) -> None:
             f"pending {'on' if mig['pending'] else 'off'}"
         agrees = "matches the tables" if card["matches_tables"] else f"REFUSED: {card['problem']}"
         print(f"card {card['index']} {card['model']} {card['uuid']} ({mode}; {agrees})")
-        for p in card["profiles"]:
-            starts = ",".join(str(s) for s, _ in p["placements"])
-            ident = "" if p["nvml_id"] is None else f" nvml id {p['nvml_id']}"
-            print(f"  profile {p['name']}{ident}: {p['instances']} max, starts {starts}")
+        for line in profile_lines(card["profiles"]):
+            print(line)
         for i in card["instances"]:
             uuid = i["uuid"] or "(no compute instance)"
             count = "unknown" if i["processes"] is None else i["processes"]
@@ -101,10 +117,18 @@ def render(view: dict[str, Any]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.mutate and not args.check:
+        print("partkeeper probe: --mutate goes with --check", file=sys.stderr)
+        return EXIT_USAGE
     try:
         config = load()
+        if args.check and config.driver != "nvml":
+            print(f"partkeeper probe: --check reads NVML; PK_DRIVER is {config.driver}",
+                  file=sys.stderr)
+            return EXIT_USAGE
         driver = open_driver(config)
-        view = gather(driver)
+        # --check: the first run on a MIG-enabled GPU (partkeeper/drivers/nvml_check.py)
+        view = _checked(driver, args.mutate) if args.check else gather(driver)
     except LibraryMissing as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_NO_LIBRARY
@@ -113,12 +137,30 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_READ_FAILED
     if args.json:
         print(json.dumps(view, indent=2))
+    elif args.check:
+        from partkeeper.drivers import nvml_check
+
+        print("\n".join(nvml_check.render(view)))
     else:
         render(view)
     return 0
 
 
+def _checked(driver: Driver, mutate: bool) -> dict[str, Any]:
+    from partkeeper.drivers import nvml_check  # here: it needs the nvml driver's module
+    from partkeeper.drivers.nvml import NvmlDriver
+
+    assert isinstance(driver, NvmlDriver)  # PK_DRIVER=nvml, checked by the caller
+    return nvml_check.check(driver, mutate=mutate)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     probe = sub.add_parser("probe", help="read-only view of the node's driver and its cards")
     probe.add_argument("--json", action="store_true", help="machine-readable output")
+    probe.add_argument("--check", action="store_true",
+                       help="nvml: versions, placements, capability files and the nodes a reply "
+                       "would name (read-only)")
+    probe.add_argument("--mutate", action="store_true",
+                       help="with --check: also create, hand over and destroy one partition, "
+                       "watched by a second NVML session")
     probe.set_defaults(func=main)

@@ -17,7 +17,13 @@ from partkeeper import faults
 from partkeeper.bus import backoff
 from partkeeper.claims import StoreReadError, TransitionError, machine
 from partkeeper.claims.store import ConflictExhausted
-from partkeeper.drivers.base import DriverError, IdentityMismatchError, Instance, NotFoundError
+from partkeeper.drivers.base import (
+    DriverError,
+    IdentityMismatchError,
+    Instance,
+    ModeOffError,
+    NotFoundError,
+)
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim
@@ -29,6 +35,7 @@ from services.reclaimer.tuning import retry_delay
 from services.reclaimer.workdir import drop_cdi_spec, drop_descriptor
 
 log = logging.getLogger(__name__)
+_REMOVED = "instance destroyed or confirmed absent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +135,12 @@ async def _destroy(ctx: Context, claim: Claim, instance: Instance, evidence: Evi
     with step("destroy", claim, instance) as span:
         try:
             await ctx.destroy(instance)
+        except ModeOffError as exc:
+            # No instance can exist with the card's mode off: done, and the removal says why.
+            span.set_attribute("pk.absent", True)
+            _log(claim, "instance gone with the card's partition mode", str(exc),
+                 level=logging.WARNING)
+            return await _remove(ctx, claim, f"instance gone: {exc}")
         except NotFoundError:
             span.set_attribute("pk.absent", True)
             _log(claim, "instance already absent", instance.uuid)
@@ -166,16 +179,16 @@ async def _destroy_failed(
     return Later(delay, why)
 
 
-async def _remove(ctx: Context, claim: Claim) -> Result:
+async def _remove(ctx: Context, claim: Claim, reason: str = _REMOVED) -> Result:
     # The removal's ClaimChanged is published inside this span: the allocator's capacity update
     # continues the trace from it.
     with step("remove", claim) as span:
-        result = await _removal(ctx, claim)
+        result = await _removal(ctx, claim, reason)
         span.set_attribute("pk.removed", isinstance(result, Outcome))
     return result
 
 
-async def _removal(ctx: Context, claim: Claim) -> Result:
+async def _removal(ctx: Context, claim: Claim, reason: str) -> Result:
     if claim.kind == "partition" and claim.instance is not None:
         # Before the claim goes: while the claim exists, a crash here is finished on restart.
         await drop_descriptor(ctx.config.pods_dir, claim, claim.instance.uuid)
@@ -199,8 +212,8 @@ async def _removal(ctx: Context, claim: Claim) -> Result:
     if claim.id in doc.claims:
         return Again()
     if removed:
-        _log(claim, "claim removed", "instance destroyed or confirmed absent")
-        await ctx.audit.claim(claim, "removed", "instance destroyed or confirmed absent")
+        _log(claim, "claim removed", reason)
+        await ctx.audit.claim(claim, "removed", reason)
     return Outcome(claim.card, claim.id, True, "destroyed and removed")
 
 

@@ -111,8 +111,10 @@ def test_each_service_runs_with_exactly_its_identity(base: list[dict[str, Any]])
     assert by["watcher"]["runAsUser"] == 10001 and by["watcher"]["runAsNonRoot"] is True
     for name in ("allocator", "reclaimer"):  # root, for the kubelet's dirs and the MIG caps
         assert by[name]["runAsUser"] == 0
-        assert by[name]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
         assert not by[name].get("privileged")
+    # the allocator also makes the MIG capability nodes its replies name (devices.py)
+    assert by["allocator"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN", "MKNOD"]}
+    assert by["reclaimer"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert by["gc"]["runAsUser"] == 0  # the owner of what the allocator writes, nothing more
     for name in ("watcher", "gc"):
         assert by[name]["capabilities"] == {"drop": ["ALL"]}
@@ -125,7 +127,10 @@ def test_host_paths_go_only_where_they_are_written(base: list[dict[str, Any]]) -
     assert host_paths(base, "watcher") == set()
     assert host_paths(base, "allocator") == {
         "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources",
-        "/var/lib/partkeeper/pods"}
+        "/var/lib/partkeeper/pods", "/dev/nvidia-caps"}
+    # made on the host at the path a reply names (PK_DRIVER_ROOT=/): mounted at itself, writable
+    caps = mounts(base, "allocator")["/dev/nvidia-caps"]
+    assert caps["hostPath"]["path"] == "/dev/nvidia-caps" and not caps["mount"].get("readOnly")
     assert host_paths(base, "reclaimer") == host_paths(base, "gc") == {"/var/lib/partkeeper/pods"}
     pods_dir = mounts(base, "gc")["/var/lib/partkeeper/pods"]
     assert not pods_dir["mount"].get("readOnly")  # the GC removes what it collects

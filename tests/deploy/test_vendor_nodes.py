@@ -96,6 +96,9 @@ def test_the_overlay_selects_its_driver_and_its_nodes(docs: list[dict[str, Any]]
     assert pod(docs)["nodeSelector"] == {"partkeeper.io/driver": VENDORS[vendor]}
 
 
+NVIDIA_CAPS = "/dev/nvidia-caps"  # the base's, for the NVIDIA allocator's capability nodes
+
+
 def test_nothing_of_the_nvidia_toolkit_is_left(docs: list[dict[str, Any]]) -> None:
     spec = pod(docs)
     assert "runtimeClassName" not in spec
@@ -103,6 +106,7 @@ def test_nothing_of_the_nvidia_toolkit_is_left(docs: list[dict[str, Any]]) -> No
     assert not [t for t in spec.get("tolerations", []) if t["key"].startswith("nvidia.com/")]
     for name, c in containers(docs).items():
         assert not [v for v in env(c) if v.startswith("NVIDIA_")], name
+        assert NVIDIA_CAPS not in host_paths(docs, name)  # no MIG capability nodes here
 
 
 def test_only_the_driver_callers_get_privilege_and_vendor_paths(
@@ -115,7 +119,7 @@ def test_only_the_driver_callers_get_privilege_and_vendor_paths(
             # the vendor's device nodes are opened by its library, and no runtime hook lets a
             # container's device cgroup open them otherwise
             assert sc["privileged"] is True and sc["runAsUser"] == 0
-            assert host_paths(docs, name) > host_paths(base, name)
+            assert host_paths(docs, name) > host_paths(base, name) - {NVIDIA_CAPS}
         else:
             assert sc == containers(base)[name]["securityContext"]
             assert host_paths(docs, name) == host_paths(base, name)

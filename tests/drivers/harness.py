@@ -11,6 +11,7 @@ A driver added later adds a node to `NODES` and a builder to `BUILDERS`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,13 @@ class Harness:
     hands: Hands
     busy_unknown: str | None = None  # why is_busy cannot answer (its ReadError says so), if so
     card_nodes: CardNodes = CardNodes()
+    # How the library numbers a new GPU instance at (start, size): None for the lowest free id
+    # from 1 (the sim, HGML, DMI), else the slot's own id (NVML: nvml_slot_gi).
+    slot_gi: Callable[[int, int], int] | None = None
+
+    def new_gi(self, start: int, size: int, lowest: int) -> int:
+        """The GI id a create at (start, size) gets, where `lowest` is the lowest free one."""
+        return self.slot_gi(start, size) if self.slot_gi is not None else lowest
 
     @property
     def vendor(self) -> profiles.Vendor:
@@ -223,6 +231,22 @@ def _sim(kind: str) -> Callable[[pytest.FixtureRequest], Harness]:
     return build
 
 
+def _node_or_stand_in(path: str, mode: int, device: int) -> None:
+    """The capability node, or where this process may not make nodes (no CAP_MKNOD) a plain file
+    in its place: the contract checks what a container gets, not the host's nodes
+    (test_handoff.py does, where nodes can be made)."""
+    try:
+        os.mknod(path, mode, device)
+    except PermissionError:
+        Path(path).touch()
+
+
+def nvml_slot_gi(start: int, size: int) -> int:
+    """Real NVML's GI id of the slot (start, size) of an 8-slot card: its node in the slot tree
+    (full card 0, halves 1-2, quarters 3-6, eighths 7-14), as the C fake gives them."""
+    return 8 // size - 1 + start // size
+
+
 def _nvml(request: pytest.FixtureRequest) -> Harness:
     from partkeeper.drivers.nvml import NvmlDriver
 
@@ -234,11 +258,11 @@ def _nvml(request: pytest.FixtureRequest) -> Harness:
     # Opened on the fake's tree as open_driver opens it on PK_DRIVER_ROOT and PK_PROC_ROOT: the
     # capability files that name a partition's device nodes are under tmp_path/proc.
     tmp = _tmp(request)
-    driver = NvmlDriver(root=tmp, proc_root=tmp / "proc")
+    driver = NvmlDriver(root=tmp, proc_root=tmp / "proc", make_node=_node_or_stand_in)
     # The fake's minor is the card's index; no control node exists under tmp/dev.
     nodes = CardNodes(own=lambda index: (f"/dev/nvidia{index}",))
     hands = LibraryHands(fake, "nvml", busy)
-    return Harness("nvml", driver, NODES["nvml"], hands, card_nodes=nodes)
+    return Harness("nvml", driver, NODES["nvml"], hands, card_nodes=nodes, slot_gi=nvml_slot_gi)
 
 
 def _hgml(request: pytest.FixtureRequest) -> Harness:

@@ -93,7 +93,8 @@ def test_create_at_every_legal_placement(harness: Harness, shape: Shape) -> None
     for start in profile.starts:
         inst = harness.driver.create(InstanceSpec(card, profile.name, start))
         assert inst.spec == InstanceSpec(card, profile.name, start) and inst.size == profile.size
-        assert (inst.gi_id, inst.ci_id) == (1, 0)  # the lowest free GI id on an empty card
+        # the lowest free GI id on an empty card, or NVML's id of the slot (GI 0 for a full card)
+        assert (inst.gi_id, inst.ci_id) == (harness.new_gi(start, profile.size, 1), 0)
         assert inst.uuid.startswith("MIG-")
         assert harness.driver.instances(card) == [inst]
         harness.driver.destroy(inst)
@@ -143,14 +144,18 @@ def test_overlap_is_refused_and_named(harness: Harness, shape: Shape) -> None:
     assert harness.driver.instances(card) == [held]
 
 
-def test_gpu_instance_ids_are_lowest_free(harness: Harness) -> None:
+def test_gpu_instance_ids_follow_the_vendor(harness: Harness) -> None:
+    """The lowest free id from 1 (sim, HGML, DMI), or the slot's own id (NVML)."""
     made = _fill(harness.driver, 0, harness.smallest)
-    assert [m.gi_id for m in made] == list(range(1, len(made) + 1))
+    assert [m.gi_id for m in made] == [
+        harness.new_gi(m.start, m.size, n) for n, m in enumerate(made, start=1)
+    ]
     first, last = made[0], made[-1]
     harness.driver.destroy(first)
     harness.driver.destroy(last)
     again = harness.driver.create(InstanceSpec(0, last.profile, last.start))
-    assert again.gi_id == first.gi_id  # the lowest free id, not the one its slot had
+    # the lowest free id, not the one its slot had; or, for NVML, exactly the one its slot had
+    assert again.gi_id == harness.new_gi(last.start, last.size, first.gi_id)
 
 
 def test_gpu_instance_ids_are_per_card(harness: Harness) -> None:
@@ -160,7 +165,7 @@ def test_gpu_instance_ids_are_per_card(harness: Harness) -> None:
     model = profiles.model(harness.node.partition[1])
     smallest = min(model.profiles.values(), key=lambda p: p.size)
     other_card = harness.driver.create(InstanceSpec(1, smallest.name, smallest.starts[-1]))
-    assert other_card.gi_id == 1
+    assert other_card.gi_id == harness.new_gi(other_card.start, other_card.size, 1)
 
 
 def test_identity_of_a_successor_at_the_same_slot_follows_the_vendor(harness: Harness) -> None:

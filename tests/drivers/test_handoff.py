@@ -3,11 +3,15 @@ dev tree: device specs for the card and the MIG capability nodes, and CDI specs.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
-from fakes.nvml import FakeNvml
+from fakes.hostfs import char_device
+from fakes.nvml import CAPS_MAJOR, FakeNvml
 
 from partkeeper import cdi
 from partkeeper.bus.kv import Bucket
@@ -29,6 +33,15 @@ def _minor(path: Path) -> int:
 
 
 @pytest.fixture
+def mknod_allowed(tmp_path: Path) -> None:
+    """Skips where this process may not make device nodes (no CAP_MKNOD): the refusal tests
+    below still run there, through the driver's seam."""
+    if not char_device(tmp_path / "probe-node", 1, 3):
+        pytest.skip("no CAP_MKNOD here: capability nodes cannot be made")
+    (tmp_path / "probe-node").unlink()
+
+
+@pytest.fixture
 def roots(tmp_path: Path) -> Roots:
     dev = tmp_path / "driver" / "dev"
     dev.mkdir(parents=True)
@@ -46,10 +59,10 @@ def _nvml(roots: Roots) -> Driver:
 
 
 def test_nodes_name_the_card_and_the_capabilities_the_driver_published(
-    no_complaints: FakeNvml, roots: Roots
+    no_complaints: FakeNvml, roots: Roots, mknod_allowed: None
 ) -> None:
     driver = _nvml(roots)
-    driver.create(InstanceSpec(1, "1g.5gb", 0))  # GI 1 on card 1
+    driver.create(InstanceSpec(1, "1g.5gb", 0))  # GI 7 on card 1
     inst = driver.create(InstanceSpec(1, "3g.20gb", 4))
     card = driver.cards()[1]
     assert card.minor == 1
@@ -58,18 +71,101 @@ def test_nodes_name_the_card_and_the_capabilities_the_driver_published(
     edits = driver.container_edits([inst])
     host = roots.driver_root
     assert list(edits.devices) == [
-        DeviceNode("/dev/nvidiactl", str(host / "dev/nvidiactl")),
-        DeviceNode("/dev/nvidia-uvm", str(host / "dev/nvidia-uvm")),
-        DeviceNode("/dev/nvidia1", str(host / "dev/nvidia1")),
+        DeviceNode("/dev/nvidiactl", str(host / "dev/nvidiactl"), major=195, minor=255),
+        DeviceNode("/dev/nvidia-uvm", str(host / "dev/nvidia-uvm"), major=236, minor=0),
+        DeviceNode("/dev/nvidia1", str(host / "dev/nvidia1"), major=195, minor=1),
         DeviceNode(f"/dev/nvidia-caps/nvidia-cap{gi_minor}",
-                   str(host / f"dev/nvidia-caps/nvidia-cap{gi_minor}")),
+                   str(host / f"dev/nvidia-caps/nvidia-cap{gi_minor}"), major=CAPS_MAJOR,
+                   minor=gi_minor),
         DeviceNode(f"/dev/nvidia-caps/nvidia-cap{ci_minor}",
-                   str(host / f"dev/nvidia-caps/nvidia-cap{ci_minor}")),
+                   str(host / f"dev/nvidia-caps/nvidia-cap{ci_minor}"), major=CAPS_MAJOR,
+                   minor=ci_minor),
     ]
     assert edits.env == {"NVIDIA_VISIBLE_DEVICES": inst.uuid} and edits.mounts == ()
     driver.destroy(inst)
-    with pytest.raises(ReadError, match=f"device nodes cannot be named: .*gi{inst.gi_id}/access"):
+    with pytest.raises(ReadError, match=f"cannot be handed over: .*gi{inst.gi_id}/access"):
         driver.container_edits([inst])  # gone with the instance
+
+
+def _char(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    assert stat.S_ISCHR(st.st_mode), f"{path} is no character device"
+    return os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)
+
+
+def test_capability_nodes_are_made_as_nvidia_modprobe_makes_them(
+    no_complaints: FakeNvml, roots: Roots, mknod_allowed: None
+) -> None:
+    """The kernel publishes the capability files, nothing makes the nodes: the reply's host paths
+    exist before it is sent, with the file's minor and mode and the nvidia-caps major (not the
+    nvidia-caps-imex-channels one listed before it), and a wrong node there is made again."""
+    driver = _nvml(roots)
+    inst = driver.create(InstanceSpec(0, "7g.80gb", 0))  # the full card: GI 0
+    assert inst.gi_id == 0
+    caps = roots.proc_root / "driver/nvidia/capabilities/gpu0/mig/gi0"
+    gi_minor, ci_minor = _minor(caps / "access"), _minor(caps / "ci0/access")
+    dev = roots.driver_root / "dev/nvidia-caps"
+    assert not dev.exists()
+    (roots.driver_root / "dev/nvidia-caps").mkdir()
+    (dev / f"nvidia-cap{ci_minor}").write_text("not a node")  # a stale file: replaced
+    edits = driver.container_edits([inst])
+    for minor in (gi_minor, ci_minor):
+        assert _char(dev / f"nvidia-cap{minor}") == (CAPS_MAJOR, minor, 0o444)  # DeviceFileMode 292
+    assert {d.host_path for d in edits.devices} >= {str(dev / f"nvidia-cap{gi_minor}")}
+    assert driver.container_edits([inst]) == edits  # a second reply finds them made
+
+
+async def test_a_node_that_cannot_be_made_refuses_naming_it(
+    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str
+) -> None:
+    """Without CAP_MKNOD (the seam stands in for the kernel's EPERM) the Allocate is refused with
+    a sentence naming the node, its numbers and why; no CDI spec names it."""
+    def refused(path: str, mode: int, device: int) -> None:
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+
+    driver = NvmlDriver(root=roots.driver_root, proc_root=roots.proc_root, make_node=refused)
+    inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    minor = _minor(roots.proc_root / f"driver/nvidia/capabilities/gpu0/mig/gi{inst.gi_id}/access")
+    claim = _active(inst, "c0")
+    config = Config(node=node, driver="nvml", device_list_strategy="cdi", cdi_dir=tmp_path / "cdi")
+    with pytest.raises(Refusal) as err:
+        await handoff.prepare(await _context(js, node, driver, config), [claim])
+    message = err.value.message
+    assert (f"cannot create /dev/nvidia-caps/nvidia-cap{minor} (character device "
+            f"{CAPS_MAJOR}:{minor}, mode 0444) under {roots.driver_root}: Operation not "
+            "permitted; the allocator needs CAP_MKNOD") in message
+    assert f"instance {inst.uuid}" in message and message.endswith("kubelet may retry")
+    assert not (tmp_path / "cdi").exists()
+
+
+def test_a_capability_the_driver_says_not_to_make_is_only_checked(
+    no_complaints: FakeNvml, roots: Roots
+) -> None:
+    """DeviceFileModify: 0 (ModifyDeviceFiles off): nvidia-modprobe makes nothing, so neither
+    does the driver; a missing node is refused saying so."""
+    driver = _nvml(roots)
+    inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    access = roots.proc_root / f"driver/nvidia/capabilities/gpu0/mig/gi{inst.gi_id}/access"
+    minor = _minor(access)
+    access.write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 0\n")
+    with pytest.raises(ReadError) as err:
+        driver.container_edits([inst])
+    assert (f"/dev/nvidia-caps/nvidia-cap{minor} under {roots.driver_root} is missing, and "
+            f"{access} says DeviceFileModify: 0") in str(err.value)
+    assert not (roots.driver_root / f"dev/nvidia-caps/nvidia-cap{minor}").exists()
+
+
+def test_without_the_caps_major_the_nodes_are_refused(
+    no_complaints: FakeNvml, roots: Roots
+) -> None:
+    driver = _nvml(roots)
+    inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    devices = roots.proc_root / "devices"
+    devices.write_text("Character devices:\n195 nvidia-frontend\n234 nvidia-caps-imex-channels\n"
+                       "\nBlock devices:\n235 nvidia-caps\n")  # only a block device of that name
+    with pytest.raises(ReadError, match=f"{devices} lists no nvidia-caps character device"):
+        driver.container_edits([inst])
+    assert not (roots.driver_root / "dev/nvidia-caps").exists()
 
 
 def test_whole_cards_get_the_control_nodes_once_and_each_card_node(
@@ -130,7 +226,8 @@ async def _context(js, node: str, driver: Driver, config: Config) -> Context:
 
 @pytest.mark.parametrize("strategy", ["envvar", "cdi"])
 async def test_allocate_response_carries_device_specs_and_cdi_devices(
-    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str, strategy: str
+    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str, strategy: str,
+    mknod_allowed: None,
 ) -> None:
     driver = _nvml(roots)
     insts = [driver.create(InstanceSpec(0, "1g.10gb", s)) for s in (0, 1)]
@@ -153,6 +250,13 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
         edits = spec["devices"][0]["containerEdits"]
         assert f"NVIDIA_VISIBLE_DEVICES={inst.uuid}" in edits["env"]
         assert len(edits["deviceNodes"]) == 5
+        # every node typed and numbered: the runtime makes it without stat-ing a host node
+        assert all(n["type"] == "c" and "major" in n and "minor" in n
+                   for n in edits["deviceNodes"])
+        caps = [n for n in edits["deviceNodes"] if "nvidia-caps" in n["path"]]
+        assert [n["major"] for n in caps] == [CAPS_MAJOR] * 2
+        assert [n["path"] for n in caps] == [
+            f"/dev/nvidia-caps/nvidia-cap{n['minor']}" for n in caps]
 
 
 async def test_a_capability_that_cannot_be_read_refuses_naming_the_partition_and_the_pod(
@@ -169,6 +273,6 @@ async def test_a_capability_that_cannot_be_read_refuses_naming_the_partition_and
     message = refused.value.message
     assert f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid})" in message
     assert f"instance {inst.uuid}" in message and "claim(s) c0" in message
-    assert f"device nodes cannot be named: cannot read MIG capability {access}" in message
+    assert f"device nodes cannot be handed over: cannot read MIG capability {access}" in message
     assert message.endswith("kubelet may retry")
     assert not (tmp_path / "cdi").exists()  # no spec without its nodes

@@ -22,6 +22,7 @@ from partkeeper.drivers.base import (
     InstanceSpec,
     InUseError,
     LibraryMissing,
+    ModeOffError,
     NotFoundError,
     PlacementError,
     ReadError,
@@ -111,7 +112,7 @@ def test_unversioned_and_versioned_profile_calls_agree(no_complaints: FakeNvml) 
     v2 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(dev, const)
     assert (v1.id, v1.sliceCount, v1.instanceCount) == (v2.id, v2.sliceCount, v2.instanceCount)
     carve(H100, const, 4, with_ci=False)
-    gi = pynvml.nvmlDeviceGetGpuInstanceById(dev, 1)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(dev, 2)  # the slot's id: the second half
     c1 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0, version=1)
     c2 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, 2, 0)
     assert (c1.id, c1.sliceCount, c1.instanceCount) == (c2.id, c2.sliceCount, 1)
@@ -155,6 +156,37 @@ def test_a_card_whose_nvml_view_disagrees_is_refused_and_says_why(fake_nvml: Fak
     assert [i.start for i in driver.instances(H100)] == [3]  # still listed, still occupied
 
 
+def test_placements_in_another_order_agree_with_the_tables(no_complaints: FakeNvml) -> None:
+    """nvml.h promises no order: the same placements listed highest start first are the same."""
+    for const in (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+                  pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE):
+        no_complaints.set_placements(H100, const, descending=True)
+    driver = NvmlDriver()
+    info = driver.card_info("list", H100, pynvml.nvmlDeviceGetHandleByIndex(H100))
+    three = next(p for p in info.gi_profiles if p.name == "3g.40gb")
+    assert three.placements == ((4, 4), (0, 4))  # as NVML listed them
+    assert info.problem == "" and driver.cards()[H100].model == "H100-80GB"
+    view = driver.probe_view(H100)
+    assert all(p["matches"] for p in view["profiles"] if p["matches"] is not None)
+
+
+@pytest.mark.parametrize("code", [nv.ERROR_NOT_SUPPORTED, nv.ERROR_INVALID_ARGUMENT])
+def test_a_profile_nvml_cannot_place_has_no_placements(no_complaints: FakeNvml, code: int) -> None:
+    """A profile the card lists but cannot place: the node's cards are still read. One the tables
+    do not use (1g.10gb+me) changes nothing; a base one refuses that card alone, saying why."""
+    no_complaints.set_placements(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, code)
+    no_complaints.set_placements(A100, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE, code)
+    driver = NvmlDriver()
+    cards = driver.cards()  # no ReadError for the whole node
+    answer = "Not Supported" if code == nv.ERROR_NOT_SUPPORTED else "Invalid Argument"
+    assert (cards[H100].model, cards[H100].problem) == ("H100-80GB", "")
+    assert cards[A100].problem == f"A100-40GB: NVML gives no placements for 2g.10gb ({answer})"
+    assert cards[2].problem == ""  # the H200 is untouched
+    me = next(p for p in driver.probe_view(H100)["profiles"] if p["name"] == "1g.10gb+me")
+    assert (me["placements"], me["placements_error"]) == ([], answer)
+    assert driver.create(InstanceSpec(H100, "1g.10gb", 0)).gi_id == 7
+
+
 def test_a_refused_card_offers_no_resource(fake_nvml: FakeNvml) -> None:
     """What the allocator advertises from the driver's cards: nothing on the refused H100."""
     fake_nvml.set_profile(H100, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE, (0,), 2)
@@ -190,18 +222,19 @@ def test_a_gpu_instance_without_compute_instance_is_listed_and_destroyable(
 
 
 @pytest.mark.parametrize(
-    ("failing", "skip", "step"),
+    ("failing", "times", "step"),
     [
-        ("nvmlGpuInstanceCreateComputeInstance", 0, "creating its compute instance"),
-        ("nvmlDeviceGetUUID", 0, "finding its MIG device UUID"),
+        ("nvmlGpuInstanceCreateComputeInstance", 1, "creating its compute instance"),
+        # the CI handle's UUID, then the walk's: neither answers
+        ("nvmlDeviceGetUUID", 2, "finding its MIG device UUID"),
     ],
 )
 def test_a_create_that_cannot_finish_undoes_its_gpu_instance(
-    no_complaints: FakeNvml, failing: str, skip: int, step: str
+    no_complaints: FakeNvml, failing: str, times: int, step: str
 ) -> None:
     driver = NvmlDriver()
     driver.cards()  # reads the card UUIDs before the failure is armed
-    no_complaints.fail(failing, nv.ERROR_UNKNOWN, skip=skip)
+    no_complaints.fail(failing, nv.ERROR_UNKNOWN, times=times)
     with pytest.raises(UnknownError) as err:
         driver.create(InstanceSpec(H100, "2g.20gb", 2))
     message = str(err.value)
@@ -249,11 +282,77 @@ def test_destroy_maps_nvml_errors(
     assert type(err.value) is error and "card 0" in str(err.value)
 
 
+WALK = "nvmlDeviceGetMaxMigDeviceCount"  # where every walk of the MIG device indices starts
+
+
+def test_each_operation_walks_the_mig_devices_once(no_complaints: FakeNvml) -> None:
+    """A walk of the MIG device indices is 1 + 7 index lookups + 3 reads per device found, and
+    NVIDIA measured walks at seconds under load: create, busy check and destroy walk once each
+    (create reads the new UUID from the CI's own device handle). Counts, not timings; the same
+    figures as bench/nvml_calls.py."""
+    fake, driver = no_complaints, NvmlDriver()
+    driver.cards()  # the static card facts, read once
+    for start in range(6):
+        driver.create(InstanceSpec(H100, "1g.10gb", start))
+
+    def counted(fn):
+        calls, walks = fake.total_calls(), fake.calls(WALK)
+        result = fn()
+        return result, fake.total_calls() - calls, fake.calls(WALK) - walks
+
+    walk = 1 + 7 + 3 * 6  # six MIG devices there
+    inst, calls, walks = counted(lambda: driver.create(InstanceSpec(H100, "1g.10gb", 6)))
+    # handle, MIG mode; 7 profiles' GIs, 6 described; the walk; GI, info, CI profile, CI, info, UUID
+    assert (walks, calls) == (1, 2 + 7 + 6 + walk + 6)
+    assert inst.uuid in {i.uuid for i in driver.instances(H100)}
+    busy, calls, walks = counted(lambda: driver.is_busy(inst))
+    walk += 3  # seven now
+    assert (busy, walks, calls) == (False, 1, 1 + walk + 1)  # handle, walk, its processes
+    _, calls, walks = counted(lambda: driver.destroy(inst))
+    # handle, GI by id, its info; the walk; CI by id, CI destroy, GI destroy
+    assert (walks, calls) == (1, 3 + walk + 3)
+
+
+def test_a_ci_handle_nvml_does_not_answer_for_falls_back_to_the_walk(
+    no_complaints: FakeNvml,
+) -> None:
+    driver = NvmlDriver()
+    driver.cards()
+    no_complaints.fail("nvmlDeviceGetUUID", nv.ERROR_UNKNOWN)  # the CI handle's, once
+    inst = driver.create(InstanceSpec(H100, "2g.20gb", 2))
+    assert driver.uuid_source == "walk" and driver.instances(H100) == [inst]
+
+
+def test_a_ci_info_naming_the_parent_card_falls_back_to_one_walk(no_complaints: FakeNvml) -> None:
+    """Where NVML's CI info names the parent card (as nvml.h words it) the create still finds its
+    UUID, with one more walk rather than a card UUID taken for the partition's."""
+    no_complaints.set_ci_info_parent(True)
+    driver = NvmlDriver()
+    driver.cards()
+    walks = no_complaints.calls(WALK)
+    inst = driver.create(InstanceSpec(H100, "2g.20gb", 2))
+    assert no_complaints.calls(WALK) - walks == 2
+    assert inst.uuid.startswith("MIG-") and driver.instances(H100) == [inst]
+
+
+def test_a_destroy_after_mig_was_switched_off_is_mode_off(no_complaints: FakeNvml) -> None:
+    """MIG off under the driver: NVML answers NOT_SUPPORTED for the GPU instance, and no GPU
+    instance can exist, so the destroy reports the partition gone (a NotFoundError) saying why."""
+    driver = NvmlDriver()
+    inst = driver.create(InstanceSpec(H100, "7g.80gb", 0))
+    no_complaints.set_mig_mode(H100, current=False)
+    with pytest.raises(ModeOffError) as err:
+        driver.destroy(inst)
+    assert isinstance(err.value, NotFoundError) and err.value.kind == "mode_off"
+    assert "Not Supported for GPU instance 0: MIG mode was switched off" in str(err.value)
+    assert driver.instances(H100) == [] and driver.cards()[H100].mode == "sliced"
+
+
 def test_a_gpu_instance_with_a_compute_instance_refuses_destroy(no_complaints: FakeNvml) -> None:
     """NVML's own rule, which the driver's order (CIs first) respects."""
     driver = NvmlDriver()
     driver.create(InstanceSpec(H100, "7g.80gb", 0))
-    gi = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(H100), 1)
+    gi = pynvml.nvmlDeviceGetGpuInstanceById(pynvml.nvmlDeviceGetHandleByIndex(H100), 0)
     with pytest.raises(pynvml.NVMLError) as err:
         pynvml.nvmlGpuInstanceDestroy(gi)
     assert err.value.value == nv.ERROR_IN_USE

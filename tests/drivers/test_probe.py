@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pynvml
+from fakes import nvml as nv
 from fakes.nvml import FakeNvml
 
 from partkeeper.drivers.base import InstanceSpec
@@ -89,3 +90,112 @@ def test_probe_on_the_sim_driver(tmp_path: Path) -> None:
     assert a100["matches_tables"] and a100["instances"][0]["profile"] == "3g.20gb"
     assert {p["name"] for p in a100["profiles"]} >= {"1g.5gb", "7g.40gb"}
     assert sliced["mode"] == "sliced" and sliced["profiles"] == []
+
+
+def test_probe_reports_a_profile_without_placements(fake_nvml: FakeNvml) -> None:
+    fake_nvml.set_placements(0, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+                             nv.ERROR_NOT_SUPPORTED)
+    result = probe({**fake_nvml.env(), "PK_DRIVER": "nvml"})
+    assert result.returncode == 0, result.stderr
+    assert "profile 1g.10gb+me nvml id 20: 1 max, starts none (NVML: Not Supported)" in (
+        result.stdout)
+    assert "card 0 H100-80GB" in result.stdout and "matches the tables" in result.stdout
+
+
+def _check_env(fake: FakeNvml, tmp_path: Path) -> dict[str, str]:
+    return {**fake.env(), "PK_DRIVER": "nvml", "PK_DRIVER_ROOT": str(tmp_path / "root"),
+            "PK_PROC_ROOT": str(tmp_path / "proc")}
+
+
+def test_check_shows_versions_capabilities_and_the_nodes_a_reply_would_name(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """The first run on a GPU, read-only: nothing created, no node made, every path shown."""
+    driver = NvmlDriver(root=tmp_path / "root", proc_root=tmp_path / "proc")
+    inst = driver.create(InstanceSpec(0, "7g.80gb", 0))  # GI 0
+    before = {fn: fake_nvml.calls(fn) for fn in MUTATING}
+    result = probe(_check_env(fake_nvml, tmp_path), "--check", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["versions"] == {"driver": "550.54.15", "nvml": "12.550.54.15"}
+    assert report["mutate"] is None
+    [part] = report["cards"][0]["partitions"]
+    assert (part["uuid"], part["gi_id"]) == (inst.uuid, 0)
+    gi_file, ci_file = part["capability_files"]
+    assert gi_file["path"].endswith("capabilities/gpu0/mig/gi0/access") and gi_file["present"]
+    assert "DeviceFileMinor: 3" in gi_file["text"] and ci_file["path"].endswith("gi0/ci0/access")
+    caps = [n for n in part["nodes"] if "nvidia-caps" in n["container_path"]]
+    assert [(n["container_path"], n["device"], n["state"]) for n in caps] == [
+        ("/dev/nvidia-caps/nvidia-cap3", "235:3", "missing"),
+        ("/dev/nvidia-caps/nvidia-cap4", "235:4", "missing")]
+    assert not (tmp_path / "root/dev/nvidia-caps").exists()  # read-only: no node made
+    assert {fn: fake_nvml.calls(fn) for fn in MUTATING} == before
+    text = probe(_check_env(fake_nvml, tmp_path), "--check")
+    assert "NVML 12.550.54.15, driver 550.54.15" in text.stdout
+    assert "reply names /dev/nvidia-caps/nvidia-cap3 <- " in text.stdout
+    assert "read-only: nothing created" in text.stdout
+
+
+def test_check_mutate_asks_a_second_session_and_leaves_the_card_as_it_was(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    driver = NvmlDriver()
+    kept = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    result = probe(_check_env(fake_nvml, tmp_path), "--check", "--mutate", "--json")
+    assert result.returncode == 0, result.stderr
+    mutate = json.loads(result.stdout)["mutate"]
+    assert mutate["spec"] == "card 0 1g.10gb at 1"  # the first free 1-slice spot
+    assert mutate["second_session_before"] == [kept.uuid]
+    assert mutate["second_session_sees_create"] and mutate["second_session_sees_destroy"]
+    assert mutate["uuid_from"] == "ci handle"
+    made = [n["state"] for n in mutate["nodes"] if "nvidia-caps" in n["host_path"]]
+    if mutate["nodes_problem"]:  # a process without CAP_MKNOD: the refusal a reply would be
+        assert made == [] and "the allocator needs CAP_MKNOD" in mutate["nodes_problem"]
+    else:
+        assert made == ["ok", "ok"]  # made as a reply makes them
+    assert driver.instances(0) == [kept]  # destroyed again
+    assert fake_nvml.calls("nvmlGpuInstanceDestroy") == 1
+
+
+def test_check_is_nvml_only_and_mutate_needs_check(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    alone = probe(_check_env(fake_nvml, tmp_path), "--mutate")
+    assert alone.returncode == 64 and "--mutate goes with --check" in alone.stderr
+    sim = probe({"PK_DRIVER": "sim", "PK_SIM_STATE": str(tmp_path / "sim.json")}, "--check")
+    assert sim.returncode == 64 and "--check reads NVML; PK_DRIVER is sim" in sim.stderr
+    assert fake_nvml.calls("nvmlDeviceCreateGpuInstanceWithPlacement") == 0
+
+
+def test_gpu_check_script_runs_read_only_without_the_node_tools(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """bench/gpu_check.sh on a node without nvidia-smi (here: the fake's): each missing tool is
+    a line, the check itself runs, and nothing is created."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.sh"
+    env = {**os.environ, **_check_env(fake_nvml, tmp_path), "PYTHON": sys.executable,
+           "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "(nvidia-smi not found)" in out or "== nvidia-smi" in out
+    assert "235 nvidia-caps" in out  # the fake's /proc/devices
+    assert "NVML 12.550.54.15, driver 550.54.15" in out and "read-only: nothing created" in out
+    assert fake_nvml.calls("nvmlDeviceCreateGpuInstanceWithPlacement") == 0
+    bad = subprocess.run(["bash", str(script), "--force"], env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert bad.returncode == 64
+
+
+def test_check_says_no_where_a_second_session_missed_a_change() -> None:
+    """What a stale session (the public report) and a refused hand-over read as."""
+    from partkeeper.drivers.nvml_check import render
+
+    report = {"versions": {"nvml": "12.550.54.15", "driver": "550.54.15"}, "cards": [],
+              "mutate": {"spec": "card 0 1g.10gb at 1", "uuid": "MIG-x", "uuid_from": "walk",
+                         "nodes": [], "nodes_problem": "cannot create /dev/nvidia-caps/x",
+                         "second_session_sees_create": True,
+                         "second_session_sees_destroy": False}}
+    lines = render(report)
+    assert "--mutate: created card 0 1g.10gb at 1: MIG-x (UUID from the walk)" in lines
+    assert "  the reply would be refused: cannot create /dev/nvidia-caps/x" in lines
+    assert lines[-1] == "  a second NVML session sees the create: yes, and the destroy: NO"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +58,9 @@ class FakePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
         self.preferred_answer: list[str] = []
         self.allocate_gate: asyncio.Event | None = None
         self.allocate_entered = asyncio.Event()
+        # The host path each device spec names: a device node every Linux host has, so the
+        # runtime's check (partkeeper/sim/kubelet/runtime.py) passes unless a test says otherwise.
+        self.host_path: Callable[[str], str] = lambda device: "/dev/null"
         self._changed = asyncio.Event()
         self._server: grpc.aio.Server | None = None
 
@@ -132,7 +135,9 @@ class FakePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
         if self.allocate_error is not None:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self.allocate_error)
         return pb.AllocateResponse(
-            container_responses=[_response(list(c.devices_ids)) for c in request.container_requests]
+            container_responses=[
+                _response(list(c.devices_ids), self.host_path) for c in request.container_requests
+            ]
         )
 
     async def PreStartContainer(
@@ -144,12 +149,12 @@ class FakePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
         return pb.PreStartContainerResponse()
 
 
-def _response(ids: list[str]) -> pb.ContainerAllocateResponse:
+def _response(ids: list[str], host: Callable[[str], str]) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs={"FAKE_VISIBLE_DEVICES": ",".join(ids)},
         mounts=[pb.Mount(container_path="/fake", host_path="/tmp/fake", read_only=True)],
         devices=[
-            pb.DeviceSpec(container_path=f"/dev/{i}", host_path=f"/dev/{i}", permissions="rw")
+            pb.DeviceSpec(container_path=f"/dev/{i}", host_path=host(i), permissions="rw")
             for i in ids
         ],
         annotations={"fake/ids": ",".join(ids)},

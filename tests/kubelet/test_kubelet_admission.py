@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from kubelet.kubelet_harness import (
     DEADLINE,
@@ -21,6 +22,7 @@ from partkeeper.sim.kubelet import (
     PodState,
     pod_manifest,
 )
+from partkeeper.sim.kubelet.runtime import device_error
 
 pb = deviceplugin_pb2
 OTHER = "example.com/mig-2g.20gb"
@@ -43,7 +45,7 @@ async def test_admission_allocates_the_lowest_free_ids_and_keeps_the_response() 
         response = container.responses[RESOURCE]
         assert dict(response.envs) == {"FAKE_VISIBLE_DEVICES": "dev-1,dev-2"}
         assert [m.container_path for m in response.mounts] == ["/fake"]
-        assert [d.host_path for d in response.devices] == ["/dev/dev-1", "/dev/dev-2"]
+        assert [d.container_path for d in response.devices] == ["/dev/dev-1", "/dev/dev-2"]
         assert h.kubelet.free(RESOURCE) == ["dev-10"]
 
 
@@ -138,6 +140,40 @@ async def test_pre_start_is_called_when_the_plugin_asks() -> None:
         assert "device reset failed" in report.message
         assert state(h, second) is PodState.START_FAILED
         assert h.kubelet.free(RESOURCE) == []  # kubelet keeps the devices of an admitted Pod
+
+
+async def test_a_device_spec_naming_a_missing_host_path_fails_the_container(
+    tmp_path: Path,
+) -> None:
+    """containerd resolves every device spec's host path before the container exists; a missing
+    one (a MIG capability node nothing made yet) fails CreateContainer, the Pod stays Pending
+    with its devices, and a node made later lets the next Pod start."""
+    async with running(healthy("d0", "d1")) as h:
+        h.plugin.host_path = lambda device: str(tmp_path / f"nvidia-cap-{device}")
+        uid = add_pod(h, "a", 1)
+        await h.wait_phase(uid, "Pending")
+        report = h.source.last_report(uid)
+        assert report.reason == CREATE_CONTAINER_ERROR
+        missing = tmp_path / "nvidia-cap-d0"
+        assert report.message == (f"container main: failed to generate container spec: device "
+                                  f"/dev/d0: lstat {missing}: no such file or directory")
+        assert state(h, uid) is PodState.START_FAILED
+        assert h.kubelet.free(RESOURCE) == ["d1"]  # kubelet keeps the devices of an admitted Pod
+
+        (tmp_path / "nvidia-cap-d1").write_text("a regular file")  # exists, but no device
+        second = add_pod(h, "b", 1)
+        await h.wait_phase(second, "Pending")
+        assert h.source.last_report(second).message.endswith(
+            f"{tmp_path / 'nvidia-cap-d1'}: not a device node")
+
+
+def test_the_runtime_takes_character_devices_and_follows_links(tmp_path: Path) -> None:
+    (tmp_path / "null").symlink_to("/dev/null")
+    assert device_error(str(tmp_path / "null")) is None
+    assert device_error("/dev/null") is None
+    assert device_error(str(tmp_path)) == f"{tmp_path}: not a device node"
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    assert device_error(str(tmp_path / "dangling")).startswith(f"lstat {tmp_path / 'dangling'}: ")
 
 
 async def test_deleted_pod_frees_its_devices_before_it_is_finalized() -> None:

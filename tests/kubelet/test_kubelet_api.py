@@ -162,7 +162,7 @@ async def test_stubs_round_trip_over_a_unix_socket() -> None:
                 container = response.container_responses[0]
                 assert dict(container.envs) == {"FAKE_VISIBLE_DEVICES": "d1"}
                 assert container.mounts[0].read_only
-                assert container.devices[0].host_path == "/dev/d1"
+                assert container.devices[0].container_path == "/dev/d1"
                 assert dict(container.annotations) == {"fake/ids": "d1"}
 
                 await stub.PreStartContainer(

@@ -5,12 +5,13 @@ plugin's Allocate) runs inline, so a slow Allocate delays the handling of every 
 Stopping a deleted Pod's containers runs in a per-Pod worker, as kubelet's pod workers do.
 Devices are held by Pods in a holding state (`HOLDING`); the moment a Pod stops they are free for
 the next admission, before the plugin has had any chance to tidy up, and before its status has
-reached the API server (`status_lag`, see status.py). Admission follows kubelet's order: a Pod
-the node cannot fit otherwise (OutOfcpu) is rejected before any device is allocated; then each
-init container, then each other container, is allocated its devices, those of an init container
-being reused by the containers after it (kubelet's device manager calls Allocate again with
-them). Pods are admitted in the order the source delivers them (binding order), whatever their
-creation times say.
+reached the API server (`status_lag`, see status.py). A container whose reply names a device host
+path the runtime cannot use fails to start (runtime.py), as containerd fails it. Admission follows
+kubelet's order: a Pod the node cannot fit otherwise (OutOfcpu) is rejected before any device is
+allocated; then each init container, then each other container, is allocated its devices, those
+of an init container being reused by the containers after it (kubelet's device manager calls
+Allocate again with them). Pods are admitted in the order the source delivers them (binding
+order), whatever their creation times say.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from partkeeper.sim.kubelet.records import (
     held_devices,
     new_containers,
 )
+from partkeeper.sim.kubelet.runtime import create_error
 from partkeeper.sim.kubelet.source import PodSource
 from partkeeper.sim.kubelet.status import StatusManager
 from partkeeper.telemetry import tracing
@@ -374,11 +376,22 @@ class SimKubelet:
                 try:
                     await endpoint.pre_start(ids)
                 except PluginCallError as exc:
-                    self._set_state(rec, PodState.START_FAILED)
-                    await self._report(rec, "Pending", CREATE_CONTAINER_ERROR, str(exc))
+                    await self._start_failed(rec, str(exc))
                     return
+        # Then the runtime creates each container from its device specs (runtime.py).
+        for container in rec.containers.values():
+            problem = create_error(container.responses.values())
+            if problem is not None:
+                await self._start_failed(rec, f"container {container.name}: {problem}")
+                return
         self._set_state(rec, PodState.RUNNING)
         await self._report(rec, "Running", "", "")
+
+    async def _start_failed(self, rec: PodRecord, message: str) -> None:
+        """Admitted, but a container cannot be created: Pending, devices kept."""
+        decision(log, f"container start failed: {message}", **_ids(rec))
+        self._set_state(rec, PodState.START_FAILED)
+        await self._report(rec, "Pending", CREATE_CONTAINER_ERROR, message)
 
     async def _reject(self, rec: PodRecord, reason: str, message: str) -> None:
         decision(log, f"Pod rejected: {message}", **_ids(rec), reason=reason)

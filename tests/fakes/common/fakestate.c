@@ -154,9 +154,12 @@ int fake_fail(const char *path, const char *fn, int code, int times, int skip) {
 int fake_calls(const char *path, const char *fn) {
     fake_session s;
     if (control(&s, path) != 0) return -1;
-    int count = 0;
-    for (int i = 0; i < FAKE_MAX_COUNTERS; i++)
-        if (strcmp(s.state->calls[i].fn, fn) == 0) count = (int)s.state->calls[i].count;
+    int count = 0, all = strcmp(fn, "*") == 0; /* "*": every vendor call, controls not counted */
+    for (int i = 0; i < FAKE_MAX_COUNTERS; i++) {
+        const char *name = s.state->calls[i].fn;
+        if (all ? name[0] != '\0' && strcmp(name, "control") != 0 : strcmp(name, fn) == 0)
+            count += (int)s.state->calls[i].count;
+    }
     fake_end(&s, 0);
     return count;
 }

@@ -69,7 +69,7 @@ int fake_readable(const void *p, size_t n);
 /* Control entry points, exported by every fake. `path` is the state file. */
 int fake_create(const char *path, size_t size, uint32_t magic, const void *initial);
 int fake_fail(const char *path, const char *fn, int code, int times, int skip);
-int fake_calls(const char *path, const char *fn);
+int fake_calls(const char *path, const char *fn); /* fn "*": the sum over every entry point */
 int fake_complaints(const char *path, char *buf, size_t len);
 int fake_clear(const char *path); /* disarm every injected failure */
 

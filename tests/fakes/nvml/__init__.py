@@ -1,6 +1,10 @@
 """The fake NVML: `fake_nvml.c` and `fake_nvml_mig.c` built against nvidia-nvml-dev's nvml.h,
 and its controls.
 
+GPU-instance ids follow the slot tree as real NVML's do (full card GI 0, halves 1-2, quarters 3-6,
+eighths 7-14), so GI 0 is an ordinary partition everywhere. With a proc root the fake publishes the
+MIG capability files and `/proc/devices` (the `nvidia-caps` major, CAPS_MAJOR).
+
 `build(out_dir)` compiles `libnvidia-ml.so.1`; `FakeNvml.create(library, state, ...)` writes a new
 card state. Tests drive the library through the real nvidia-ml-py (the code under test) and use
 this class only for what is no NVML call: adding cards, starting processes on an instance,
@@ -33,6 +37,8 @@ ERROR_DRIVER_NOT_LOADED = 9
 ERROR_IN_USE = 19
 ERROR_INSUFFICIENT_RESOURCES = 23
 ERROR_UNKNOWN = 999
+
+CAPS_MAJOR = 235  # the fake's /proc/devices: nvidia-caps (fake_nvml.h FAKE_CAPS_MAJOR)
 
 
 def build(out_dir: Path) -> Path:
@@ -70,3 +76,26 @@ class FakeNvml(FakeLibrary):
         mask = sum(1 << s for s in starts)
         rc = self.lib.fake_nvml_set_profile(bytes(self.state), gpu, profile_const, mask, count)
         self.check(rc, f"changing profile {profile_const} of card {gpu}")
+
+    def set_placements(self, gpu: int, profile_const: int, code: int = SUCCESS,
+                       descending: bool = False) -> None:
+        """Card `gpu` answers `code` (SUCCESS: its placements) for one GI profile's placements,
+        listing them highest start first when `descending`."""
+        rc = self.lib.fake_nvml_set_placements(bytes(self.state), gpu, profile_const, code,
+                                               int(descending))
+        self.check(rc, f"making profile {profile_const} of card {gpu} answer {code}")
+
+    def set_mig_mode(self, gpu: int, current: bool, pending: bool | None = None) -> None:
+        """MIG mode switched out of band; switching it off removes every instance of the card."""
+        pending = current if pending is None else pending
+        rc = self.lib.fake_nvml_set_mig_mode(bytes(self.state), gpu, int(current), int(pending))
+        self.check(rc, f"setting MIG mode of card {gpu}")
+
+    def total_calls(self) -> int:
+        """Every NVML call made since the state was created (the controls not counted)."""
+        return self.calls("*")
+
+    def set_ci_info_parent(self, on: bool) -> None:
+        """nvmlComputeInstanceGetInfo names the parent card (nvml.h's word) instead of the CI's
+        own MIG device (what NVIDIA's DRA driver reads the new UUID from)."""
+        self.check(self.lib.fake_nvml_set_ci_info_parent(bytes(self.state), int(on)), "CI info")

@@ -5,10 +5,12 @@
  *
  * It models what partkeeper uses of MIG: cards with MIG mode current and pending, GPU-instance
  * profiles with NVIDIA's ids and legal placements (A100-40GB, H100-80GB, H200-141GB; a T4 without
- * MIG), GPU instances created at a placement with the lowest free id, compute instances inside
- * them, MIG devices by index (NOT_FOUND for an empty index), running processes per compute
- * instance, destroy refused with IN_USE while processes (for a CI) or CIs (for a GI) remain, and
- * the MIG capability files the kernel driver publishes under /proc/driver/nvidia/capabilities.
+ * MIG), GPU instances created at a placement with the slot's own id (fk_gi_id), compute instances
+ * inside them, MIG devices by index (NOT_FOUND for an empty index), running processes per compute
+ * instance, destroy refused with IN_USE while processes (for a CI) or CIs (for a GI) remain, the
+ * MIG capability files the kernel driver publishes under /proc/driver/nvidia/capabilities and
+ * /proc/devices; per profile a placements answer other than the placements, and MIG mode switched
+ * off under the caller (every instance gone, the MIG calls NOT_SUPPORTED).
  *
  * State lives in the file FAKE_NVML_STATE (see ../common/fakestate.h): every process that loads
  * the library sees the same cards, and failures are injected through it. Without the file the
@@ -36,10 +38,10 @@
 /* NVIDIA's profile ids, instance counts and placements (memory slices, start bitmask). */
 #define MODEL(key, nm, mib, m1, m2, m3, m4, m7, n1, n1x2, n2, n3, n4, n7)                     \
     {key, nm, mib, 1,                                                                         \
-     {{P1, 19, 1, 7, 1, 0x7f, m1, n1},       {P1ME, 20, 1, 1, 1, 0x7f, m1, n1 "+me"},        \
-      {P1X2, 15, 1, 4, 2, 0x55, m2, n1x2},   {P2, 14, 2, 3, 2, 0x15, m2, n2},                \
-      {P3, 9, 3, 2, 4, 0x11, m3, n3},        {P4, 5, 4, 1, 4, 0x01, m4, n4},                 \
-      {P7, 0, 7, 1, 8, 0x01, m7, n7}}}
+     {{P1, 19, 1, 7, 1, 0x7f, m1, n1, 0, 0},     {P1ME, 20, 1, 1, 1, 0x7f, m1, n1 "+me", 0, 0},\
+      {P1X2, 15, 1, 4, 2, 0x55, m2, n1x2, 0, 0}, {P2, 14, 2, 3, 2, 0x15, m2, n2, 0, 0},        \
+      {P3, 9, 3, 2, 4, 0x11, m3, n3, 0, 0},      {P4, 5, 4, 1, 4, 0x01, m4, n4, 0, 0},         \
+      {P7, 0, 7, 1, 8, 0x01, m7, n7, 0, 0}}}
 
 static const model_def MODELS[] = {
     MODEL("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, 4864, 9856, 19968, 19968, 40192,
@@ -149,13 +151,38 @@ void fk_mig_uuid(const gpu_state *g, unsigned gi, unsigned ci, unsigned start, c
 
 /* -- the MIG capability files of /proc/driver/nvidia/capabilities -------------------------- */
 
+/* Real NVML numbers GPU instances by their node in the slot tree of an 8-slot card: the full card
+ * is GI 0, the two halves (start 0, 4) GI 1 and 2, the quarters GI 3..6, the eighths GI 7..14
+ * (`nvidia-smi mig -lgi` on an A100: 7g GI 0, 3g at 4 GI 2, 1g at 0..6 GI 7..13). A heap index. */
+unsigned fk_gi_id(unsigned start, unsigned size) {
+    return SLICES / size - 1 + start / size;
+}
+
+/* The minors the kernel driver assigns, as /proc/driver/nvidia-caps/mig-minors lists them (quoted
+ * in NVIDIA's k8s-dra-driver-gpu, internal/common/nvcaps.go): gpu0/gi0/access 3, gpu0/gi0/ci0 4,
+ * ..., gpu3/gi3/ci3 439: 135 per GPU (15 GIs of 1 + 8 CIs), from 3. */
 static unsigned cap_minor(const gpu_state *g, unsigned gi, int ci) {
-    return 1 + g->minor * 100 + gi * 10 + (unsigned)(ci + 1);
+    return 3 + g->minor * MAX_GI * (1 + MAX_CI) + gi * (1 + MAX_CI) + (unsigned)(ci + 1);
 }
 
 static void cap_path(const nvml_state *st, const gpu_state *g, unsigned gi, int ci, char *out, size_t n) {
     int k = snprintf(out, n, "%s/driver/nvidia/capabilities/gpu%u/mig/gi%u", st->proc_root, g->minor, gi);
     if (ci >= 0 && k > 0) snprintf(out + k, n - (size_t)k, "/ci%d", ci);
+}
+
+static void mkdirs_above(const char *file) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir) return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        mkdir(dir, 0755);
+        *p = '/';
+    }
+    mkdir(dir, 0755);
 }
 
 static void mkdirs(char *path) {
@@ -242,6 +269,18 @@ static nvmlReturn_t copy_string(call *c, const char *fn, const char *text, char 
     return fk_end(c, NVML_SUCCESS);
 }
 
+/* Versions as a 550-series driver reports them (the first field of the NVML version is the CUDA
+ * major of the driver's API). */
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    BEGIN(c);
+    return copy_string(&c, __func__, "550.54.15", version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    BEGIN(c);
+    return copy_string(&c, __func__, "12.550.54.15", version, length);
+}
+
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     BEGIN(c);
     ANY_DEVICE(c, g, device);
@@ -290,12 +329,30 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
 
 /* -- control entry points for tests (see tests/fakes/nvml/__init__.py) ------------------------- */
 
+/* /proc/devices as the loaded modules make it: NVIDIA's fixed major 195 and the dynamic majors of
+ * nvidia-uvm and nvidia-caps. nvidia-caps-imex-channels comes first, so a reader that matches
+ * "nvidia-caps" as a prefix takes the wrong major (nvidia-modprobe matches the whole name:
+ * modprobe-utils/nvidia-modprobe-utils.c, nvidia_get_chardev_major). */
+static int write_proc_devices(const char *proc_root) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/devices", proc_root);
+    mkdirs_above(path);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) return -1;
+    fprintf(f, "Character devices:\n  1 mem\n  4 tty\n195 nvidia-frontend\n"
+               "%u nvidia-caps-imex-channels\n%u nvidia-caps\n%u nvidia-uvm\n\n"
+               "Block devices:\n  8 sd\n%u nvidia-caps\n",
+            FAKE_IMEX_MAJOR, FAKE_CAPS_MAJOR, FAKE_UVM_MAJOR, FAKE_CAPS_MAJOR + 20);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 int fake_nvml_new(const char *path, const char *proc_root) {
     nvml_state *st = calloc(1, sizeof *st);
     if (st == NULL) return -1;
     snprintf(st->proc_root, sizeof st->proc_root, "%s", proc_root ? proc_root : "");
     int rc = fake_create(path, sizeof *st, MAGIC, st);
     free(st);
+    if (rc == 0 && proc_root != NULL && proc_root[0] != '\0') rc = write_proc_devices(proc_root);
     return rc;
 }
 
@@ -346,6 +403,58 @@ int fake_nvml_set_profile(const char *path, unsigned gpu, unsigned cnst, unsigne
     return rc;
 }
 
+/* Make card `gpu` answer `rc` (an nvmlReturn_t; 0: its placements again) when asked for the
+ * placements of GI profile `cnst` (a profile the card lists but cannot place), and list them
+ * highest start first when `descending` (nvml.h promises no order). */
+int fake_nvml_set_placements(const char *path, unsigned gpu, unsigned cnst, int rc, unsigned descending) {
+    fake_session s;
+    if (control(&s, path) != 0) return -1;
+    nvml_state *st = (nvml_state *)s.state;
+    int found = -1;
+    for (unsigned i = 0; gpu < st->ngpus && i < st->gpu[gpu].nprofiles; i++)
+        if (st->gpu[gpu].profiles[i].cnst == cnst) {
+            st->gpu[gpu].profiles[i].placements_rc = rc;
+            st->gpu[gpu].profiles[i].descending = descending;
+            found = 0;
+        }
+    fake_end(&s, found == 0);
+    return found;
+}
+
+/* MIG mode switched under the services (nvidia-smi -mig 0 and a reset): with MIG off no GPU or
+ * compute instance exists, so every one of the card's goes, with its capability files; the MIG
+ * calls then answer NOT_SUPPORTED, as nvml.h documents for a device without MIG mode enabled. */
+int fake_nvml_set_mig_mode(const char *path, unsigned gpu, unsigned current, unsigned pending) {
+    fake_session s;
+    if (control(&s, path) != 0) return -1;
+    nvml_state *st = (nvml_state *)s.state;
+    if (gpu >= st->ngpus || !st->gpu[gpu].mig_capable) {
+        fake_end(&s, 0);
+        return -1;
+    }
+    gpu_state *g = &st->gpu[gpu];
+    for (unsigned i = 0; !current && i < MAX_GI; i++) {
+        for (unsigned j = 0; g->gi[i].used && j < MAX_CI; j++)
+            if (g->gi[i].ci[j].used) fk_publish_cap(st, g, i, (int)j, 0);
+        if (g->gi[i].used) fk_publish_cap(st, g, i, -1, 0);
+        memset(&g->gi[i], 0, sizeof g->gi[i]);
+    }
+    g->mig_current = current != 0;
+    g->mig_pending = pending != 0;
+    fake_end(&s, 1);
+    return 0;
+}
+
+/* Make nvmlComputeInstanceGetInfo name the parent card, as nvml.h documents the field, instead
+ * of the CI's MIG device, as NVIDIA's DRA driver reads it. */
+int fake_nvml_set_ci_info_parent(const char *path, unsigned on) {
+    fake_session s;
+    if (control(&s, path) != 0) return -1;
+    ((nvml_state *)s.state)->ci_info_parent = on != 0;
+    fake_end(&s, 1);
+    return 0;
+}
+
 /* Start or stop `processes` processes on the compute instance of MIG device `uuid`. */
 int fake_nvml_set_processes(const char *path, const char *uuid, unsigned processes) {
     fake_session s;
@@ -353,7 +462,7 @@ int fake_nvml_set_processes(const char *path, const char *uuid, unsigned process
     nvml_state *st = (nvml_state *)s.state;
     char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     for (unsigned g = 0; g < st->ngpus; g++)
-        for (unsigned i = 1; i < MAX_GI; i++)
+        for (unsigned i = 0; i < MAX_GI; i++)
             for (unsigned j = 0; j < MAX_CI; j++) {
                 gi_state *gi = &st->gpu[g].gi[i];
                 if (!gi->used || !gi->ci[j].used) continue;

@@ -13,15 +13,21 @@
 #define MAGIC 0x4e564d4cu /* "NVML" */
 #define MAX_GPUS 8
 #define MAX_PROFILES 8
-#define MAX_GI 8 /* GI ids 1..7 */
+#define MAX_GI 15 /* GI ids 0..14: the slot tree of an 8-slot card (fk_gi_id) */
 #define MAX_CI 8
 #define MAX_MIG 7
 #define SLICES 8
+/* The dynamic majors the fake's /proc/devices gives (fake_nvml.c, write_proc_devices). */
+#define FAKE_CAPS_MAJOR 235
+#define FAKE_IMEX_MAJOR 234
+#define FAKE_UVM_MAJOR 236
 
 typedef struct {
     unsigned cnst, id, slices, count, size, starts; /* starts: bit s set = start s legal */
     unsigned long long memory_mb;
     char name[32];
+    int placements_rc; /* nonzero: what nvmlDeviceGetGpuInstancePossiblePlacements answers */
+    unsigned descending; /* nonzero: the placements listed highest start first */
 } gi_profile;
 
 typedef struct {
@@ -44,6 +50,7 @@ typedef struct {
 typedef struct {
     fake_header h;
     char proc_root[256];
+    unsigned ci_info_parent; /* nonzero: nvmlComputeInstanceGetInfo names the parent card */
     unsigned ngpus;
     gpu_state gpu[MAX_GPUS];
 } nvml_state;
@@ -56,7 +63,6 @@ typedef struct {
 } model_def;
 
 /* Handles are pointers into tables of the calling process, checked by their magic. */
-#define HANDLE_MAGIC 0x48444c45u
 #define HANDLE_MAGIC 0x48444c45u
 struct nvmlDevice_st { unsigned magic; int gpu, gi, ci; }; /* gi < 0: the whole card */
 struct nvmlGpuInstance_st { unsigned magic; int gpu, gi; };
@@ -105,6 +111,7 @@ ci_state *fk_compute_instance(call *c, nvmlComputeInstance_t h); /* NULL: not a 
 const gi_profile *fk_profile_by(gpu_state *g, int by_const, unsigned value);
 unsigned fk_ci_slices(unsigned cnst);
 void fk_mig_uuid(const gpu_state *g, unsigned gi, unsigned ci, unsigned start, char *out, size_t n);
+unsigned fk_gi_id(unsigned start, unsigned size);
 void fk_publish_cap(const nvml_state *st, const gpu_state *g, unsigned gi, int ci, int on);
 #pragma GCC visibility pop
 

@@ -96,6 +96,10 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(nvmlDevice_t device, uns
     nvmlReturn_t rc;
     const gi_profile *p = profile_of_id(&c, device, profileId, &g, &rc);
     if (p == NULL) return rc;
+    /* A profile the card lists but cannot place answers as a test set it (NOT_SUPPORTED or
+     * INVALID_ARGUMENT), for the count query and the array alike: NVIDIA's DRA driver skips such a
+     * profile (cmd/gpu-kubelet-plugin/nvlib.go, GetGpuInstancePossiblePlacements). */
+    if (p->placements_rc != 0) return fk_end(&c, (nvmlReturn_t)p->placements_rc);
     unsigned n = 0;
     for (unsigned s = 0; s < SLICES; s++) n += (p->starts >> s) & 1;
     if (placements == NULL) { /* the count query */
@@ -109,8 +113,10 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements(nvmlDevice_t device, uns
     if (!fake_readable(placements, n * sizeof *placements))
         return fk_reject(&c, __func__, "placements is not a valid pointer");
     unsigned k = 0;
-    for (unsigned s = 0; s < SLICES; s++)
+    for (unsigned i = 0; i < SLICES; i++) {
+        unsigned s = p->descending ? SLICES - 1 - i : i;
         if ((p->starts >> s) & 1) placements[k++] = (nvmlGpuInstancePlacement_t){s, p->size};
+    }
     *count = n;
     return fk_end(&c, NVML_SUCCESS);
 }
@@ -121,7 +127,7 @@ static int overlaps(unsigned a, unsigned an, unsigned b, unsigned bn) { return a
 
 static unsigned count_of_profile(const gpu_state *g, unsigned id) {
     unsigned n = 0;
-    for (unsigned i = 1; i < MAX_GI; i++) n += g->gi[i].used && g->gi[i].profile_id == id;
+    for (unsigned i = 0; i < MAX_GI; i++) n += g->gi[i].used && g->gi[i].profile_id == id;
     return n;
 }
 
@@ -143,17 +149,16 @@ nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsig
     unsigned start = placement->start, size = placement->size;
     if (start >= SLICES || size != p->size || !((p->starts >> start) & 1))
         return fk_end(&c, NVML_ERROR_INVALID_ARGUMENT);
-    unsigned free_id = 0;
-    for (unsigned i = MAX_GI - 1; i >= 1; i--) {
+    for (unsigned i = 0; i < MAX_GI; i++) {
         gi_state *o = &g->gi[i];
         if (o->used && overlaps(start, size, o->start, o->size)) return fk_end(&c, NVML_ERROR_INSUFFICIENT_RESOURCES);
-        if (!o->used) free_id = i;
     }
-    if (free_id == 0 || count_of_profile(g, p->id) >= p->count)
-        return fk_end(&c, NVML_ERROR_INSUFFICIENT_RESOURCES);
-    g->gi[free_id] = (gi_state){1, p->id, start, size, {{0}}};
-    fk_publish_cap(c.st, g, free_id, -1, 1);
-    *gpuInstance = fk_gi_handle(device->gpu, (int)free_id);
+    if (count_of_profile(g, p->id) >= p->count) return fk_end(&c, NVML_ERROR_INSUFFICIENT_RESOURCES);
+    /* The id is the slot's, not the lowest free one (fk_gi_id): no overlap above means it is free. */
+    unsigned id = fk_gi_id(start, size);
+    g->gi[id] = (gi_state){1, p->id, start, size, {{0}}};
+    fk_publish_cap(c.st, g, id, -1, 1);
+    *gpuInstance = fk_gi_handle(device->gpu, (int)id);
     return fk_end(&c, NVML_SUCCESS);
 }
 
@@ -168,7 +173,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profile
     if (gpuInstances == NULL || !fake_readable(gpuInstances, p->count * sizeof *gpuInstances))
         return fk_reject(&c, __func__, "gpuInstances must hold the profile's instanceCount handles");
     unsigned n = 0;
-    for (unsigned i = 1; i < MAX_GI; i++)
+    for (unsigned i = 0; i < MAX_GI; i++)
         if (g->gi[i].used && g->gi[i].profile_id == profileId) gpuInstances[n++] = fk_gi_handle(device->gpu, (int)i);
     *count = n;
     return fk_end(&c, NVML_SUCCESS);
@@ -266,7 +271,7 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpu
 static unsigned free_mig_index(const gpu_state *g) {
     for (unsigned index = 0; index < MAX_MIG; index++) {
         int taken = 0;
-        for (unsigned i = 1; i < MAX_GI; i++)
+        for (unsigned i = 0; i < MAX_GI; i++)
             for (unsigned j = 0; j < MAX_CI; j++)
                 taken |= g->gi[i].used && g->gi[i].ci[j].used && g->gi[i].ci[j].mig_index == index;
         if (!taken) return index;
@@ -325,7 +330,12 @@ nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance, n
     BEGIN(c);
     OUT(c, info);
     LIVE_CI(c, ci, computeInstance);
-    info->device = fk_device_handle(computeInstance->gpu);
+    /* The MIG device of this CI, not the parent card: NVIDIA's DRA driver reads the new MIG
+     * device's UUID from exactly this handle instead of walking every MIG device index
+     * (cmd/gpu-kubelet-plugin/nvlib.go createMigDevice, "ciInfo.Device.GetUUID()"). */
+    info->device = c.st->ci_info_parent
+                       ? fk_device_handle(computeInstance->gpu) /* nvml.h: "Parent device" */
+                       : fk_mig_handle(computeInstance->gpu, computeInstance->gi, computeInstance->ci);
     info->gpuInstance = fk_gi_handle(computeInstance->gpu, computeInstance->gi);
     info->id = (unsigned)computeInstance->ci;
     info->profileId = ci->cnst;
@@ -360,7 +370,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     nvmlReturn_t rc = mig_card(&c, device, &g);
     if (rc != NVML_SUCCESS) return rc;
     if (index >= MAX_MIG) return fk_end(&c, NVML_ERROR_INVALID_ARGUMENT);
-    for (unsigned i = 1; i < MAX_GI; i++)
+    for (unsigned i = 0; i < MAX_GI; i++)
         for (unsigned j = 0; j < MAX_CI; j++)
             if (g->gi[i].used && g->gi[i].ci[j].used && g->gi[i].ci[j].mig_index == index) {
                 *migDevice = fk_mig_handle(device->gpu, (int)i, (int)j);
@@ -398,7 +408,7 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned 
     ANY_DEVICE(c, g, device);
     unsigned n = 0;
     nvmlProcessInfo_t found[64];
-    for (unsigned i = 1; i < MAX_GI; i++)
+    for (unsigned i = 0; i < MAX_GI; i++)
         for (unsigned j = 0; j < MAX_CI; j++) {
             const ci_state *ci = &g->gi[i].ci[j];
             int mine = device->gi < 0 || ((unsigned)device->gi == i && (unsigned)device->ci == j);
