@@ -26,7 +26,7 @@ def pod_body(name: str, template: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def control_plane(stack, kubeconfig):
+async def control_plane(stack, kubeconfig, *, wipe_delay: float = 30.0):
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     core = client.CoreV1Api(api_client)
     resource = client.ResourceV1Api(api_client)
@@ -38,8 +38,8 @@ async def control_plane(stack, kubeconfig):
             "spec": claim_body("x", profile)})
     scheduler = DraScheduler(api_client, stack.node, interval=0.02)
     source = ClusterPodSource(core, stack.node)
-    kubelet = DraKubelet(stack.config.kubelet_registry_dir, source, api_client, poll=0.02,
-                         retry=0.05)
+    kubelet = DraKubelet(stack.config.kubelet_registry_dir, source, api_client, node=stack.node,
+                         poll=0.02, retry=0.05, wipe_delay=wipe_delay)
     task = asyncio.create_task(scheduler.run(), name="sim scheduler")
     try:
         async with kubelet:
