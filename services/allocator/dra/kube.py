@@ -66,6 +66,10 @@ class ResourceApi:
         return await self._call(f"GET of ResourceClaim {namespace}/{name}",
                                 self.api.read_namespaced_resource_claim, name, namespace)
 
+    async def server_version(self) -> Any:
+        """The API server's /version document."""
+        return await self._call("GET of /version", client.VersionApi(self.api.api_client).get_code)
+
     async def node_owner(self) -> dict[str, Any]:
         """The owner reference every slice of this node carries: the Node, as controller (the
         upstream resourceslice controller's `Owner`), so a deleted Node's slices are

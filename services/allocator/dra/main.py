@@ -23,6 +23,7 @@ from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
 from services.allocator import build, claims_service
+from services.allocator.dra import versions
 from services.allocator.dra.ends import ClaimEnds
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.plugin import KubeletPlugin
@@ -52,6 +53,7 @@ async def serve(
         raise StartupError(f"DRA mode needs the API server: {exc}") from exc
     async with Lifecycle("allocator") as life:
         life.on_stop("the API client", api.close)
+        await _supported(api)
         life.on_stop("the pod-resources client", ctx.podres.close)
         ends = ClaimEnds(ctx, api)
         preparer = Preparer(ctx, api, ends.wake)
@@ -83,6 +85,17 @@ async def serve(
         with HEALTH.condition("kubelet registration", plugin.registration.registered.is_set), \
                 HEALTH.condition("ResourceSlices published", lambda: publisher.failures == 0):
             await life.run()
+
+
+async def _supported(api: ResourceApi) -> None:
+    """Refuse to start on a Kubernetes version whose slices we do not publish."""
+    try:
+        document = await api.server_version()
+    except KubeError as exc:
+        raise StartupError(f"DRA mode needs the API server: {exc}") from exc
+    refused = versions.refusal(document)
+    if refused is not None:
+        raise StartupError(refused)
 
 
 async def _serve_plugin(plugin: KubeletPlugin) -> None:
