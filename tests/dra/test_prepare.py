@@ -133,7 +133,8 @@ async def test_unprepare_records_and_the_deallocation_releases(nc, js, node, kub
         await until(released, "the deallocated, unprepared claim is released")
         (claim,) = await stack.claims()
         assert "no longer allocated" in claim.release_reason
-        assert len(await stack.instances()) == 1, "only the reclaimer destroys"
+        await until(lambda: [claim.id] in stack.reclaimer.asked,
+                    "the reclaimer is asked to destroy it at once (it alone destroys)")
 
 
 async def test_prepared_again_after_unprepare_clears_the_mark(nc, js, node, kubeconfig) -> None:

@@ -31,7 +31,7 @@ from partkeeper.claims import StoreReadError, TransitionError
 from partkeeper.dra import DRIVER
 from partkeeper.lifecycle import woken_or_timeout
 from schemas import Claim
-from services.allocator import writes
+from services.allocator import room, writes
 from services.allocator.context import Context
 from services.allocator.dra.kube import KubeError, ResourceApi
 
@@ -111,6 +111,9 @@ class ClaimEnds:
                     self.released += 1
                 except (TransitionError, StoreReadError) as exc:
                     log.info("claim %s not released now (%s); again next pass", claim.id, exc)
+                    continue
+                # Destroyed now rather than at the reclaimer's next reconcile pass.
+                await room.reclaim(self.ctx, [claim.id], reason)
         return pending
 
     async def _claim(self, claim: Claim) -> dict[str, Any] | None:
