@@ -14,10 +14,11 @@ released when
 - kubelet has unprepared it on this node (`unprepared_at`, recorded by the preparer) and the
   claim's allocation no longer names this device in this node's pool.
 
-`ending` decides that, pure; `ClaimEnds` reads the claims and asks the API server, on every
-unprepare and every `PK_RESYNC_SECONDS`, and more often while an unprepared claim waits for its
-deallocation. The Pod that happened to be first in `reservedFor` decides nothing, and the
-reclaimer leaves DRA claims to this (services/reclaimer/decide.py).
+`ending` decides that, pure; `ClaimEnds` reads the claims and asks the API server about every
+DRA claim each `PK_RESYNC_SECONDS`, and about the unprepared ones on every unprepare, every
+change the allocator sees and, with backoff, while one still waits for its deallocation. The
+Pod that happened to be first in `reservedFor` decides nothing, and the reclaimer leaves DRA
+claims to this (services/reclaimer/decide.py).
 """
 
 from __future__ import annotations
@@ -73,18 +74,30 @@ class ClaimEnds:
         self._wake.set()
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
         waiting = 0  # passes in a row that left an unprepared claim allocated
+        full_at = 0.0
         while True:
             self._wake.clear()
-            pending = await self.once()
-            waiting = waiting + 1 if pending else 0
-            period = self.ctx.config.resync_seconds
-            if pending:
-                period = min(period, backoff.delay(waiting, base=0.1, cap=5.0))
-            await woken_or_timeout(self._wake, period)
+            change = self.ctx.changes.next_change()
+            full = loop.time() >= full_at
+            if full:
+                full_at = loop.time() + self.ctx.config.resync_seconds
+            pending = await self.once(full=full)
+            if not pending:
+                waiting = 0
+                await woken_or_timeout(self._wake, full_at - loop.time())
+                continue
+            # An unprepared claim waits for the resourceclaim controller to deallocate or delete
+            # it, which nothing here is told of: ask again soon, and at every change the
+            # allocator sees (the Pod's end reaches the Pod view about then).
+            waiting += 1
+            await woken_or_timeout(change, backoff.delay(waiting, base=0.02, cap=2.0))
 
-    async def once(self) -> bool:
-        """One pass; True when an unprepared claim is still allocated (look again soon)."""
+    async def once(self, *, full: bool = True) -> bool:
+        """One pass over the unprepared claims (all DRA claims when `full`: a claim deleted
+        without kubelet's unprepare, or written by an older version, is found by that); True
+        when an unprepared claim is still allocated (look again soon)."""
         try:
             docs = await self.ctx.store.read_all([c.index for c in self.ctx.cards])
         except StoreReadError as exc:
@@ -94,6 +107,8 @@ class ClaimEnds:
         for doc, _ in docs.values():
             for claim in doc.claims.values():
                 if not claim.resource_claim_uid or claim.state == "releasing":
+                    continue
+                if not (full or claim.unprepared_at):
                     continue
                 try:
                     body = await self._claim(claim)
@@ -112,8 +127,10 @@ class ClaimEnds:
                 except (TransitionError, StoreReadError) as exc:
                     log.info("claim %s not released now (%s); again next pass", claim.id, exc)
                     continue
-                # Destroyed now rather than at the reclaimer's next reconcile pass.
-                await room.reclaim(self.ctx, [claim.id], reason)
+                # Destroyed now rather than at the reclaimer's next reconcile pass, and the room
+                # published at once (the claims watch would tell the publisher a little later).
+                if await room.reclaim(self.ctx, [claim.id], reason):
+                    self.ctx.changes.touch()
         return pending
 
     async def _claim(self, claim: Claim) -> dict[str, Any] | None:
