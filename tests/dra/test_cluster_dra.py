@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from allocator.allocator_harness import until
@@ -55,8 +56,9 @@ def phase(core, name: str) -> str:
 
 
 async def test_big_and_small_on_one_card_wait_instead_of_failing(
-    nc, js, node, kubeconfig
+    nc, js, node, kubeconfig, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="services.allocator.room")
     async with dra_node(nc, node, kubeconfig) as stack, \
             control_plane(stack, kubeconfig) as (core, resource, scheduler, kubelet):
         await until(lambda: bool(kubelet.plugins), "kubelet registered the DRA plugin")
@@ -78,6 +80,11 @@ async def test_big_and_small_on_one_card_wait_instead_of_failing(
         passes = scheduler.passes
         await until(lambda: scheduler.passes >= passes + 3, "the scheduler passes again")
         assert phase(core, "small") == "Pending", "room is free only once the hardware is"
+        # The claim's deletion released it and the allocator asked reclaim.now, which the
+        # stand-in refuses while it knows nothing of the Pod; once that answer is in, the test
+        # plays the reclaimer's event path.
+        await until(lambda: any("reclaim.now: refused" in r.getMessage()
+                                for r in caplog.records), "reclaim.now was asked and answered")
         await stack.watcher.add(stack.watcher.record(claim.pod_uid, "big", {}))
         await stack.watcher.gone(claim.pod_uid)
         await stack.reclaimer.reclaim(claim)  # the reclaimer's destroy, as its event path does

@@ -83,5 +83,7 @@ def test_dropped_counters_are_seen_in_the_answer() -> None:
 def test_a_container_gets_the_devices_of_its_top_level_request() -> None:
     top = dra_pb2.Device(request_names=["gpu"], cdi_device_ids=["k/c=1"])
     sub = dra_pb2.Device(request_names=["gpu/p0"], cdi_device_ids=["k/c=2"])
+    unnamed = dra_pb2.Device(cdi_device_ids=["k/c=3"])
     assert cdi_devices([top, sub], "gpu") == ["k/c=1"]
     assert cdi_devices([top, sub], "") == ["k/c=1", "k/c=2"]
+    assert cdi_devices([sub, unnamed], "gpu") == ["k/c=3"], "no names: matches any request"

@@ -86,12 +86,12 @@ async def test_a_shared_claim_keeps_its_partition_until_its_last_pod_is_gone(
 
         core.delete_namespaced_pod("second", NAMESPACE)
         await until(lambda: kubelet.unprepare_calls == 1, "unprepared after the last Pod")
+        await until(lambda: [claim.id] in stack.reclaimer.asked,
+                    "released once unprepared and deallocated, and the reclaimer asked")
 
-        async def released() -> bool:
-            (now,) = await stack.claims()
-            return now.state == "releasing"
-        await until(released, "released once unprepared and deallocated")
-        assert "no longer allocated" in (await stack.claims())[0].release_reason
+        async def destroyed() -> bool:
+            return not await stack.instances() and not await stack.claims()
+        await until(destroyed, "the partition destroyed and its claim removed")
 
 
 def claim_pod(core, name: str) -> str:

@@ -6,8 +6,9 @@ gets: pure bookkeeping, after kubelet's DRA manager (k8s.io/kubernetes pkg/kubel
   and calls the plugin only when no Pod is left (manager.go: `addPodReference`,
   `isPrepared`, `deletePodReference`, `hasPodReference`).
 - A container's claim reference (`resources.claims[].name`, optional `.request`) gets the CDI
-  ids of the devices whose `request_names` contain that request, or of every device when it
-  names none (claiminfo.go, `cdiDevicesAsList`). Kubelet compares top-level names: a device
+  ids of the devices whose `request_names` contain that request (a device answered with no
+  request names matches any), or of every device when the reference names no request
+  (claiminfo.go, `cdiDevicesAsList`). Kubelet compares top-level names: a device
   answered as `gpu/p0` reaches no container asking for request `gpu`.
 """
 
@@ -32,7 +33,7 @@ class ClaimInfo:
 def cdi_devices(devices: Iterable[dra_pb2.Device], request: str) -> list[str]:
     """The CDI ids a container referring to the claim with `request` ("" for none) gets."""
     return [cid for device in devices
-            if not request or request in device.request_names
+            if not request or not device.request_names or request in device.request_names
             for cid in device.cdi_device_ids]
 
 

@@ -8,9 +8,10 @@ pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go):
 - at start, before any plugin registers, every ResourceSlice of the node is deleted, whatever
   its driver (`wipeResourceSlices` with no delay and no driver): slices a driver published before
   the kubelet restarted are not trusted until the driver is back;
-- a plugin that becomes unusable (its registration socket is gone, or its service socket stops
-  answering) has its driver's slices of the node deleted once it has stayed unusable for
-  `wipe_delay` (kubelet: 30 s, `defaultWipingDelay`); registering again in time cancels that.
+- a plugin that becomes unusable (its registration socket is gone, or nothing listens on its
+  service socket any more) has its driver's slices of the node deleted once it has stayed
+  unusable for `wipe_delay` (kubelet: 30 s, `defaultWipingDelay`); registering again in time
+  cancels that.
 
 Both wipes are a DELETE of each matching slice (kubelet sends one DeleteCollection with the
 field selector `spec.nodeName=<node>[,spec.driver=<driver>]`; the simulated API server has no
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from pathlib import Path
 
 import grpc
@@ -90,7 +92,7 @@ class DraPlugins:
         for path in sorted(set(self._sockets) - sockets):
             self._unusable(self._sockets.pop(path))
         for driver, endpoint in list(self.plugins.items()):
-            if not await asyncio.to_thread(Path(endpoint).exists):
+            if not await asyncio.to_thread(_answers, endpoint):
                 self._unusable(driver)
 
     def _unusable(self, driver: str) -> None:
@@ -134,6 +136,18 @@ class DraPlugins:
         self.plugins[info.name] = info.endpoint
         log.info("registered DRA plugin %s at %s", info.name, info.endpoint)
         return str(info.name)
+
+
+def _answers(endpoint: str) -> bool:
+    """Whether something listens on the service socket: a plugin that crashed leaves the file
+    behind, and only a connect tells (kubelet watches its gRPC connection's state)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(endpoint)
+        except OSError:
+            return False
+    return True
 
 
 def _sockets(directory: Path) -> list[Path]:
