@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from partkeeper.dra import DRIVER
 from schemas import Claim
@@ -52,3 +54,66 @@ def test_reclaimer_never_releases_a_dra_claim_on_its_first_pods_end(pod: str) ->
     assert shared.step is Step.KEEP, "the ResourceClaim may still be used by another Pod"
     plain = decide(make_claim("c", 0, 1, state="active"), seen, pod, 100.0, create_timeout=30)
     assert plain.step is Step.RELEASE
+
+
+class SharedClaim(RuleBasedStateMachine):
+    """One ResourceClaim on this node, Pods joining and leaving it in any order, kubelet's
+    bookkeeping (prepare once, unprepare after the last Pod) and the resourceclaim controller
+    (deallocate, or delete, a claim reserved for nobody), with the allocator's `ending` asked
+    after every step: it never lets the partition go while a Pod uses the claim, and does once
+    the claim's use has ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pods: set[int] = set()
+        self.next_pod = 0
+        self.allocated = False
+        self.deleted = False
+        self.claim = dra_claim()
+        self.released = False
+
+    def _answer(self) -> dict | None:
+        return None if self.deleted else body(allocated=self.allocated)
+
+    @precondition(lambda self: not self.deleted and not self.released)
+    @rule()
+    def pod_joins(self) -> None:
+        self.allocated = True  # the scheduler allocates it (again) to this node's device
+        self.pods.add(self.next_pod)
+        self.next_pod += 1
+        if self.claim.unprepared_at:  # kubelet prepares it again; prepare clears the mark
+            self.claim = msgspec.structs.replace(self.claim, unprepared_at=0.0)
+
+    @precondition(lambda self: bool(self.pods))
+    @rule(data=st.data())
+    def pod_leaves(self, data) -> None:
+        self.pods.discard(data.draw(st.sampled_from(sorted(self.pods))))
+        if not self.pods:  # kubelet unprepares after the last Pod
+            self.claim = msgspec.structs.replace(self.claim, unprepared_at=1.0)
+
+    @precondition(lambda self: not self.pods and self.allocated and not self.deleted)
+    @rule(delete=st.booleans())
+    def controller_settles(self, delete: bool) -> None:
+        if delete:
+            self.deleted = True
+        else:
+            self.allocated = False
+
+    @rule()
+    def time_passes(self) -> None:
+        """The allocator's next pass, with nothing else changed (always possible)."""
+
+    @invariant()
+    def only_an_ended_claim_goes(self) -> None:
+        if self.released:
+            return
+        reason = ending(self.claim, self._answer(), NODE)
+        if reason is not None:
+            assert not self.pods, f"released under a running Pod: {reason}"
+            self.released = True
+        ended = not self.pods and self.claim.unprepared_at and not self.allocated
+        if self.deleted or ended:
+            assert reason is not None, "a claim whose use ended keeps its partition"
+
+
+TestSharedClaim = SharedClaim.TestCase
