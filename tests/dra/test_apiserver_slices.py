@@ -67,6 +67,10 @@ BAD: list[tuple[str, str, Callable[[Body, Body], Body]]] = [
         _device(d)["attributes"].__setitem__(f"{DRIVER}/{'x' * 33}", {"int": 1}), d)[1]),
     ("an unreadable quantity", "quantity", lambda c, d: (
         _device(d)["capacity"].__setitem__(f"{DRIVER}/memory", {"value": "ten"}), d)[1]),
+    ("a slice name that is no DNS subdomain", "metadata.name", lambda c, d: (
+        d["metadata"].__setitem__("name", "Node_A"), d)[1]),
+    ("a driver name that is no DNS subdomain", "spec.driver", lambda c, d: (
+        d["spec"].__setitem__("driver", "Partitions"), d)[1]),
     ("a zero resourceSliceCount", "resourceSliceCount", lambda c, d: (
         d["spec"]["pool"].__setitem__("resourceSliceCount", 0), d)[1]),
 ]

@@ -16,6 +16,7 @@ drop the fields of disabled feature gates, validate, store quantities in canonic
   per device at most 2 counter consumptions (`ResourceSliceMaxDeviceCounterConsumptionsPerDevice`)
   of at most 32 counters (`ResourceSliceMaxCountersPerDeviceCounterConsumption`) and at most 32
   attributes and capacities together (`ResourceSliceMaxAttributesAndCapacitiesPerDevice`);
+  the slice's name and the driver's are DNS subdomains (the driver's at most 63 characters);
   device, counter-set and counter names are DNS labels; attribute and capacity names are
   qualified names (an optional DNS-subdomain domain, `/`, a C identifier of at most 32 chars);
   the pool needs a name, `resourceSliceCount` > 0 and `generation` >= 0.
@@ -95,8 +96,14 @@ def validate(obj: dict[str, Any]) -> None:
     def fail(path: str, why: str) -> None:
         raise Invalid(f"{where}: {path}: {why}")
 
-    if not spec.get("driver"):
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        fail("metadata.name", f"Invalid value: {name!r}: a DNS subdomain is required")
+    driver = spec.get("driver")
+    if not driver:
         fail("spec.driver", "Required value")
+    if not isinstance(driver, str) or len(driver) > 63 or not _DNS_SUBDOMAIN.match(driver):
+        fail("spec.driver", f"Invalid value: {driver!r}: a DNS subdomain of at most 63 "
+             "characters is required")
     pool = spec.get("pool")
     if not isinstance(pool, dict) or not pool.get("name"):
         fail("spec.pool.name", "Required value")
