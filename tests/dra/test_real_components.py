@@ -12,6 +12,7 @@ from typing import Any
 from allocator.allocator_harness import until
 from dra.dra_harness import NAMESPACE, claim_body, dra_node
 from dra.test_cluster_dra import control_plane, phase
+from kubernetes import client
 
 from partkeeper.dra import DRIVER
 from services.reclaimer.decide import Sighting, Step, decide
@@ -161,3 +162,21 @@ async def test_without_the_partitionable_devices_gate_no_device_is_published(
         assert len(said()) == 1
         await asyncio.sleep(0)  # the allocator is still running, not ready: no plugin served
         assert not stack.task.done() and not stack.registration_socket.exists()
+
+
+async def test_slices_follow_a_re_created_node_as_their_owner(nc, js, node, kubeconfig) -> None:
+    async with dra_node(nc, node, kubeconfig) as stack:
+        await until(lambda: offering(stack), "the node's slices are published")
+        core = client.CoreV1Api(stack.api.api_client)
+        old = core.read_node(stack.node).metadata.uid
+        core.delete_node(stack.node)
+        new = core.read_node(stack.node).metadata.uid  # the kubelet registers it again
+        assert new != old
+        victim = next(iter(versions(stack)))
+        stack.api.delete_resource_slice(victim)  # as the garbage collector does for the old UID
+
+        async def owned_by_new() -> bool:
+            slices = await stack.slices()
+            return bool(slices) and all(o.uid == new for s in slices
+                                        for o in s.metadata.owner_references)
+        await until(owned_by_new, "every slice is owned by the re-created Node")

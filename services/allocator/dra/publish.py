@@ -104,7 +104,9 @@ class SlicePublisher:
             log.warning("ResourceSlices not recomputed (%s); the published ones stay", exc)
             return False
         try:
-            if self.owner is None:
+            if self.owner is None or self.stale:
+                # Read again after a foreign change: a Node deleted and re-created has a new
+                # UID, and the garbage collector deletes slices owned by the old one.
                 self.owner = await self.api.node_owner()
             desired = slices.pool(self.ctx.node, list(self.ctx.cards), snap.claims,
                                   snap.all_instances, owner=self.owner)
