@@ -1,4 +1,4 @@
-"""DRA latency: `python -m bench.dra_latency [--cycles 50]`.
+"""DRA latency: `python -m bench.dra_latency [--cycles 50] [--quiet 10]`.
 
 The embedded stack of `partkeeper up --mode dra` (NATS, the simulated cluster with its DRA
 scheduler and kubelet, the four services, each its own process; sim driver at zero latency). Each
@@ -15,8 +15,14 @@ and waits until its device is offered again. Stamps, all on arrival of a pushed 
   complete then). In between, the watcher declares the Pod gone, the reclaimer destroys the
   partition and the allocator re-publishes.
 
-Every wait has a deadline; a miss counts as infinitely slow. No goal is set: the device-plugin
-figures (reclaim latency) are the comparison.
+Every wait has a deadline; a miss counts as infinitely slow. Goals (issue 22): prepare p99 <
+20 ms, slices re-published p99 < 100 ms.
+
+Slice writes are counted from the same ResourceSlice watch (every ADDED, MODIFIED or DELETED of
+the node's slices is one write): per Pod cycle, and with the pool generations each cycle moved
+(a cycle is two changes: the device withdrawn, then offered again; goal: at most one generation
+per change); and on a quiet node, while `--quiet` unrelated Pods without claims come and go
+(bound to the node, so the watcher, and with it the publisher, sees every one; goal: 0 writes).
 """
 
 from __future__ import annotations
@@ -55,6 +61,14 @@ class Cycle:
     ready: float | None = None
     deleted: float | None = None
     republished: float | None = None
+    writes: int = 0  # slice writes from the Pod's creation to its device offered again
+    generations: int = 0  # pool generations those writes moved through
+
+
+@dataclass
+class Quiet:
+    pods: int = 0
+    writes: int = 0
 
 
 class Stamps:
@@ -66,6 +80,7 @@ class Stamps:
         self.allocated: dict[str, float] = {}  # claim name -> first seen allocated
         self.active: dict[str, float] = {}  # ResourceClaim namespace/name -> first seen active
         self.offered: list[tuple[float, int, set[str]]] = []  # (when, generation, devices)
+        self.writes: list[tuple[float, int]] = []  # (when, generation) of every slice event
         self.stopping = threading.Event()
 
     def note(self, record: Any) -> None:
@@ -77,6 +92,8 @@ class Stamps:
             self.allocated.setdefault(value, when)
         elif kind == "slice":
             self.offered.append((when, *value))
+        elif kind == "write":
+            self.writes.append((when, value))
         self.changed.set()
 
     async def until(self, check: Any, what: str) -> float | None:
@@ -116,6 +133,8 @@ def _watch_slices(api: client.ResourceV1Api, node: str, stamps: Stamps) -> None:
     for event in w.stream(_raw(api.list_resource_slice), field_selector=f"spec.nodeName={node}",
                           timeout_seconds=3600):
         spec = event["object"].get("spec") or {}
+        if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+            stamps.note(("write", int((spec.get("pool") or {}).get("generation", 0))))
         if "devices" in spec:
             names = {d["name"] for d in spec["devices"]}
             stamps.note(("slice", (spec["pool"]["generation"], names)))
@@ -150,6 +169,7 @@ async def cycle(core: client.CoreV1Api, stamps: Stamps, i: int) -> Cycle:
     out = Cycle()
     name = f"p{i}"
     created = time.perf_counter()
+    written = len(stamps.writes)
     await asyncio.to_thread(core.create_namespaced_pod, NAMESPACE, _pod(name))
 
     def allocated() -> tuple[str, float] | None:
@@ -174,6 +194,9 @@ async def cycle(core: client.CoreV1Api, stamps: Stamps, i: int) -> Cycle:
                      if g > generation and device in names and t >= out.deleted), None)
 
     out.republished = await stamps.until(back, f"{device} offered again after {name}")
+    mine = stamps.writes[written:]
+    out.writes = len(mine)
+    out.generations = len({g for _, g in mine})
 
     async def gone() -> bool:
         pods = await asyncio.to_thread(core.list_namespaced_pod, NAMESPACE)
@@ -186,7 +209,41 @@ async def cycle(core: client.CoreV1Api, stamps: Stamps, i: int) -> Cycle:
     return out
 
 
-async def session(stack: Stack, cycles: int) -> list[Cycle]:
+def _bystander(name: str, node: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {
+        "nodeName": node, "containers": [{"name": "main", "image": "x"}]}}
+
+
+async def quiet(core: client.CoreV1Api, stamps: Stamps, node: str, pods: int) -> Quiet:
+    """Unrelated Pods come and go, one at a time, each seen Running then gone."""
+    out = Quiet(pods=pods)
+    written = len(stamps.writes)
+    for i in range(pods):
+        name = f"quiet-{i}"
+        await asyncio.to_thread(core.create_namespaced_pod, NAMESPACE, _bystander(name, node))
+
+        async def phase(name: str = name) -> str | None:
+            try:
+                pod = await asyncio.to_thread(core.read_namespaced_pod, name, NAMESPACE)
+            except client.exceptions.ApiException:
+                return None
+            return str(pod.status.phase)
+
+        for _ in range(int(DEADLINE * 100)):
+            if await phase() == "Running":
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(core.delete_namespaced_pod, name, NAMESPACE)
+        for _ in range(int(DEADLINE * 100)):
+            if await phase() is None:
+                break
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(1.0)  # what the last wake-up would have written has arrived
+    out.writes = len(stamps.writes) - written
+    return out
+
+
+async def session(stack: Stack, cycles: int, bystanders: int) -> tuple[list[Cycle], Quiet]:
     api_client = config.new_client_from_config(config_file=str(stack.kubeconfig))
     core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
     selector = f'device.attributes["{DRIVER}"].profile == "{PROFILE}"'
@@ -203,22 +260,24 @@ async def session(stack: Stack, cycles: int) -> list[Cycle]:
     follower = asyncio.create_task(_follow_claims(stack, stamps))
     try:
         await stamps.until(lambda: stamps.offered or None, "the first slices")
-        return [await cycle(core, stamps, i) for i in range(cycles)]
+        done = [await cycle(core, stamps, i) for i in range(cycles)]
+        return done, await quiet(core, stamps, stack.node, bystanders)
     finally:
         stamps.stopping.set()
         follower.cancel()
         await asyncio.gather(follower, return_exceptions=True)
 
 
-async def measure_async(cycles: int) -> list[Cycle]:
+async def measure_async(cycles: int, bystanders: int) -> tuple[list[Cycle], Quiet]:
     layout = Layout(Path(tempfile.mkdtemp(prefix="pk-bench-")))
     supervisor = Supervisor(layout.pids_file)
     try:
         layout.create()
         stack = await launch(layout, supervisor, mode="dra")
         try:
-            return await supervisor.guard(session(stack, cycles), timeout=60 + cycles * 3 *
-                                          DEADLINE, what="the DRA benchmark",
+            return await supervisor.guard(session(stack, cycles, bystanders),
+                                          timeout=60 + (cycles + bystanders) * 3 * DEADLINE,
+                                          what="the DRA benchmark",
                                           log=layout.log("allocator"))
         finally:
             await stack.nc.close()
@@ -231,7 +290,11 @@ def _between(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
-def report(cycles: list[Cycle], n: int) -> list[str]:
+GOALS = {"claim allocated -> partition ready (prepare)": "goal p99 < 20 ms",
+         "Pod deleted -> slices re-published": "goal p99 < 100 ms"}
+
+
+def report(cycles: list[Cycle], n: int, still: Quiet) -> list[str]:
     rows = [
         Latency.of("claim allocated -> partition ready (prepare)",
                    [_between(c.allocated, c.ready) for c in cycles]),
@@ -241,20 +304,31 @@ def report(cycles: list[Cycle], n: int) -> list[str]:
     lines = [f"setup: one {PROFILE} Pod at a time on two H100-80GB, sim driver at zero latency, "
              f"watches stamped on arrival, deadline {DEADLINE:g} s per stamp; {len(cycles)} of "
              f"{n} cycles"]
-    lines += [f"{row.label}: {row.text()}" for row in rows if row is not None]
+    lines += [f"{row.label}: {row.text()} ({GOALS[row.label]})" for row in rows
+              if row is not None]
+    if cycles:
+        writes = sorted(c.writes for c in cycles)
+        most = max(c.generations for c in cycles)
+        lines.append(f"slice writes per Pod cycle (2 changes): median {writes[len(writes) // 2]},"
+                     f" max {writes[-1]}; pool generations per cycle at most {most} (goal: at "
+                     "most 1 per change, 2 per cycle)")
+    lines.append(f"slice writes on a quiet node while {still.pods} unrelated Pods came and went: "
+                 f"{still.writes} (goal 0)")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.dra_latency")
     parser.add_argument("--cycles", type=int, default=50)
+    parser.add_argument("--quiet", type=int, default=10, metavar="PODS",
+                        help="unrelated Pods that come and go on the quiet node")
     args = parser.parse_args(argv)
     try:
-        cycles = asyncio.run(measure_async(args.cycles))
+        cycles, still = asyncio.run(measure_async(args.cycles, args.quiet))
     except StackError as exc:
         print(f"{NAME}: {exc}", file=sys.stderr)
         return 1
-    print("\n".join(report(cycles, args.cycles)))
+    print("\n".join(report(cycles, args.cycles, still)))
     return 0
 
 

@@ -50,6 +50,10 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     # DRA mode: the ResourceClaim this partition was prepared for ("<namespace>/<name>", UID).
     resource_claim: str = ""
     resource_claim_uid: str = ""
+    # DRA mode: when kubelet last called NodeUnprepareResources for the ResourceClaim (0: it is
+    # prepared). The partition lives until then, and until the claim is deallocated from this
+    # node, or deleted (DESIGN.md section 11). Older records lack it: 0, still prepared.
+    unprepared_at: float = 0.0
 
 
 class CardClaims(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="CardClaims"):

@@ -19,12 +19,14 @@ changes, so a consumer never mixes slices of two generations.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from partkeeper.dra import DRIVER
+from partkeeper.dra import DRIVER, quantity
 from partkeeper.dra.devices import DeviceSpec, all_devices, compute_capacity, memory_slices
 from partkeeper.drivers import Card, Instance
 from partkeeper.drivers.profiles import overlaps
@@ -59,6 +61,7 @@ class Pool:
     node: str
     counter_sets: tuple[dict[str, Any], ...]
     devices: tuple[dict[str, Any], ...]
+    owner: dict[str, Any] | None = None  # the Node, as controller owner of every slice
 
     def chunks(self) -> list[tuple[str, str, list[dict[str, Any]]]]:
         """(kind, spec key, items) per slice: counter slices first, then device slices."""
@@ -114,19 +117,24 @@ def device(spec: DeviceSpec) -> dict[str, Any]:
             attribute("size"): {"int": spec.size},
             attribute("model"): {"string": spec.model},
         },
-        "capacity": {attribute("memory"): {"value": f"{spec.profile.memory_mib}Mi"}},
+        # Sent in the server's canonical spelling (10240Mi is stored as 10Gi), so what is read
+        # back reads the same; `content` compares values, not spellings, in any case.
+        "capacity": {attribute("memory"): {
+            "value": quantity.canonical(f"{spec.profile.memory_mib}Mi")}},
         "consumesCounters": [{"counterSet": counter_set_name(spec.card), "counters": consumed}],
     }
 
 
 def pool(
-    node: str, cards: Sequence[Card], claims: Iterable[Claim], instances: Iterable[Instance]
+    node: str, cards: Sequence[Card], claims: Iterable[Claim], instances: Iterable[Instance],
+    owner: dict[str, Any] | None = None,
 ) -> Pool:
     partition_cards = sorted((c for c in cards if c.mode == "partition"), key=lambda c: c.index)
     return Pool(
         node=node,
         counter_sets=tuple(counter_set(c) for c in partition_cards),
         devices=tuple(device(d) for d in free_devices(partition_cards, claims, instances)),
+        owner=owner,
     )
 
 
@@ -152,22 +160,44 @@ def slices(desired: Pool, generation: int) -> list[dict[str, Any]]:
                      "resourceSliceCount": len(chunks)},
             key: items,
         }
-        name = f"{prefix}-{kind}-{i:03d}"
+        metadata: dict[str, Any] = {"name": f"{prefix}-{kind}-{i:03d}"}
+        if desired.owner is not None:
+            metadata["ownerReferences"] = [dict(desired.owner)]
         out.append({"apiVersion": API_VERSION, "kind": "ResourceSlice",
-                    "metadata": {"name": name}, "spec": spec})
+                    "metadata": metadata, "spec": spec})
     return out
 
 
+_OWNER_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
+
+
 def content(objects: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a set of published slices says, generation left out: name -> spec without pool."""
+    """What a set of published slices says, generation left out: name -> spec without pool,
+    plus the owners. Quantities are compared by value: the server answers in canonical form."""
     found = {}
     for obj in objects:
-        spec = dict(obj.get("spec") or {})
+        spec = copy.deepcopy(dict(obj.get("spec") or {}))
         spec.pop("pool", None)
-        found[str(obj.get("metadata", {}).get("name"))] = {
-            k: v for k, v in spec.items() if v not in (None, [], {})
-        }
+        for counter_set in spec.get("sharedCounters") or []:
+            _values(counter_set.get("counters"))
+        for dev in spec.get("devices") or []:
+            _values(dev.get("capacity"))
+            for use in dev.get("consumesCounters") or []:
+                _values(use.get("counters"))
+        said = {k: v for k, v in spec.items() if v not in (None, [], {})}
+        metadata = obj.get("metadata") or {}
+        said["owners"] = [{k: o.get(k) for k in _OWNER_KEYS}
+                          for o in metadata.get("ownerReferences") or []]
+        found[str(metadata.get("name"))] = said
     return found
+
+
+def _values(entries: Any) -> None:
+    """Quantities in place as exact numbers (an unreadable one stays as it is: it differs)."""
+    for value in (entries or {}).values():
+        if isinstance(value, dict) and "value" in value:
+            with contextlib.suppress(ValueError):
+                value["value"] = quantity.parse(value["value"])
 
 
 def generation(current: Sequence[Mapping[str, Any]], desired: Pool) -> int:

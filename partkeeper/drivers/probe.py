@@ -135,6 +135,10 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, DriverError) as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_READ_FAILED
+    if config.mode == "dra":  # what CDI-only hand-off leaves to the container runtime
+        from partkeeper.dra import toolkit
+
+        view["container_runtime"] = toolkit.check(config.driver, config.cdi_dir)
     if args.json:
         print(json.dumps(view, indent=2))
     elif args.check:
@@ -143,6 +147,8 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(nvml_check.render(view)))
     else:
         render(view)
+        if view.get("container_runtime", {}).get("advice"):
+            print(f"DRA: {view['container_runtime']['advice']}")
     return 0
 
 

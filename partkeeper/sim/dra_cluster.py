@@ -51,7 +51,7 @@ async def run(node: str, kubeconfig: Path, kubelet_root: Path, stop: asyncio.Eve
     try:
         await asyncio.to_thread(_install_class, client.ResourceV1Api(api_client))
         source = ClusterPodSource(client.CoreV1Api(api_client), node)
-        kubelet = DraKubelet(registry_dir(kubelet_root), source, api_client,
+        kubelet = DraKubelet(registry_dir(kubelet_root), source, api_client, node=node,
                              termination_delay=termination_delay)
         scheduler = asyncio.create_task(DraScheduler(api_client, node).run(),
                                         name="sim scheduler")

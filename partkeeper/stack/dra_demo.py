@@ -5,8 +5,13 @@ cards. The simulated scheduler, using only the published ResourceSlices, places 
 of the three) and leaves the third Pending with the reason on the Pod; nothing is admitted and
 then failed. One running Pod is deleted; the real watcher, reclaimer and allocator destroy its
 partition and re-publish the slices, and the Pending Pod is placed and runs. `partkeeper status`
-shows every claim with its ResourceClaim. Finally every Pod is deleted and the node must end with
-no partition, no claim and every device offered again.
+shows every claim with its ResourceClaim. Every Pod is deleted and the node must end with no
+partition, no claim and every device offered again.
+
+Then one ResourceClaim with a prioritized list (`firstAvailable`: a 3g.40gb, else a 1g.10gb) is
+shared by two Pods whose containers name its request: the scheduler allocates the first
+subrequest (`gpu/p0`), both Pods run on the one partition, the partition outlives the first
+Pod, and it is destroyed only after the last is gone and the claim is deallocated.
 """
 
 from __future__ import annotations
@@ -199,6 +204,82 @@ class Demo:
         self.say(f"all Pods deleted: no partition left, all {every} devices offered again")
 
 
+SHARED = "shared"
+SHARERS = ("share-a", "share-b")
+CHOICES = ("3g.40gb", "1g.10gb")
+
+
+def _shared_claim() -> dict[str, Any]:
+    def choice(i: int, profile: str) -> dict[str, Any]:
+        selector = f'device.attributes["{DRIVER}"].profile == "{profile}"'
+        return {"name": f"p{i}", "deviceClassName": DRIVER,
+                "selectors": [{"cel": {"expression": selector}}]}
+
+    return {"metadata": {"name": SHARED}, "spec": {"devices": {"requests": [
+        {"name": "gpu", "firstAvailable": [choice(i, p) for i, p in enumerate(CHOICES)]}]}}}
+
+
+def _sharer(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "cuda-sample",
+                        "resources": {"claims": [{"name": "gpu", "request": "gpu"}]}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": SHARED}]}}
+
+
+class SharedStep:
+    """One prioritized-list ResourceClaim shared by two Pods (module docstring)."""
+
+    def __init__(self, demo: Demo) -> None:
+        self.demo = demo
+
+    async def instances(self) -> list[str]:
+        cards = [c.index for c in self.demo.driver.cards() if c.mode == "partition"]
+        return [i.uuid for c in cards for i in await self.demo.call(self.demo.driver.instances, c)]
+
+    async def run(self) -> str:
+        demo = self.demo
+        await demo.call(demo.resource.create_namespaced_resource_claim, NAMESPACE,
+                        _shared_claim())
+        for name in SHARERS:
+            await demo.call(demo.core.create_namespaced_pod, NAMESPACE, _sharer(name))
+
+        async def both() -> bool:
+            return set(SHARERS) <= await demo.running()
+
+        await _until(both, f"{' and '.join(SHARERS)} running on ResourceClaim {SHARED}")
+        claim = await demo.call(demo.resource.read_namespaced_resource_claim, SHARED, NAMESPACE)
+        (result,) = claim.status.allocation.devices.results
+        partitions = await self.instances()
+        if result.request != "gpu/p0" or len(partitions) != 1:
+            raise DemoFailed(f"ResourceClaim {SHARED}: allocated {result.request} "
+                             f"{result.device}, {len(partitions)} partition(s); wanted gpu/p0 on "
+                             "one partition")
+        demo.say(f"ResourceClaim {SHARED} (firstAvailable {' else '.join(CHOICES)}) got "
+                 f"{result.request} = {result.device}; {' and '.join(SHARERS)} run on its one "
+                 "partition")
+        await demo.call(demo.core.delete_namespaced_pod, SHARERS[0], NAMESPACE)
+
+        async def first_gone() -> bool:
+            return SHARERS[0] not in await demo.pods()
+
+        await _until(first_gone, f"{SHARERS[0]} gone")
+        if await self.instances() != partitions or SHARERS[1] not in await demo.running():
+            raise DemoFailed(f"the partition of ResourceClaim {SHARED} did not outlive "
+                             f"{SHARERS[0]} while {SHARERS[1]} still uses it")
+        demo.say(f"{SHARERS[0]} deleted: the partition stays, {SHARERS[1]} still runs on it")
+        await demo.call(demo.core.delete_namespaced_pod, SHARERS[1], NAMESPACE)
+
+        async def destroyed() -> bool:
+            return not await self.instances() and not await demo.pods()
+
+        await _until(destroyed, f"the partition destroyed after {SHARERS[1]}, the last Pod")
+        demo.say(f"{SHARERS[1]} deleted: the claim was unprepared and deallocated, and its "
+                 "partition destroyed")
+        await demo.call(demo.resource.delete_namespaced_resource_claim, SHARED, NAMESPACE)
+        return result.request
+
+
 async def run(stack: Stack, console: Console) -> DraOutcome:
     outcome = DraOutcome()
     demo = Demo(stack, console)
@@ -209,6 +290,8 @@ async def run(stack: Stack, console: Console) -> DraOutcome:
         await demo.show_status()
         took = await demo.free_room(up, waiting)
         await demo.clean()
+        chose = await SharedStep(demo).run()
+        await demo.clean()
         if demo.failed:
             raise DemoFailed(f"Pods failed: {', '.join(sorted(demo.failed))}")
         outcome.passed = True
@@ -216,6 +299,8 @@ async def run(stack: Stack, console: Console) -> DraOutcome:
             "partkeeper demo summary (DRA mode)",
             f"  Pods submitted {len(MIX)}, placed at once 2, waited Pending 1, failed 0",
             f"  the waiting Pod ran {took:.2f}s after the Pod holding its room was deleted",
+            f"  shared ResourceClaim: {len(SHARERS)} Pods on one partition, kept until the last "
+            f"was gone; firstAvailable allocated {chose}",
             f"  {time.monotonic() - started:.1f}s in all; PASSED",
         ]
     except (DemoFailed, node_status.StatusError) as exc:

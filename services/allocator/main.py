@@ -15,23 +15,17 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from partkeeper import runtime
-from partkeeper.bus import backoff
-from partkeeper.bus.kv import Bucket
-from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
-from partkeeper.drivers import Card, Driver, DriverError, open_driver
 from partkeeper.errors import StartupError
 from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
-from schemas.names import BUCKET_CAPACITY, BUCKET_CLAIMS, BUCKET_PODS
-from services.allocator import catalog, claims_service
+from schemas.names import BUCKET_CAPACITY
+from services.allocator import build, claims_service
 from services.allocator.allocate import Allocator
-from services.allocator.changes import Changes
 from services.allocator.context import Context
+from services.allocator.dra import main as dra_main
 from services.allocator.options import Options
 from services.allocator.plugin import Board
-from services.allocator.podresources import PodResources
-from services.allocator.podview import PodView
 from services.allocator.recompute import Recompute, watch_claims
 from services.allocator.registration import PluginServer, Registrar
 from services.allocator.removals import Removals
@@ -60,8 +54,6 @@ async def serve(
     correct health) and registration with kubelet has started."""
     options = room_waited(config, options or Options())
     if config.mode == "dra":
-        from services.allocator.dra import main as dra_main  # it imports this module
-
         await dra_main.serve(config, nc, ready=ready, options=options)
         return
     parts = await _build(config, nc, options)
@@ -83,23 +75,7 @@ def room_waited(config: Config, options: Options) -> Options:
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:
-    driver = options.driver
-    if driver is None:
-        driver = await asyncio.to_thread(open_driver, config)
-    cards = await _cards(driver)
-    js = nc.jetstream()
-    claims = await Bucket.open(js, BUCKET_CLAIMS)
-    claims_kv = claims.kv
-    changes = Changes()
-    ctx = Context(
-        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node), driver=driver,
-        cards=cards,
-        offers=catalog.offers(cards, prefix=config.resource_prefix,
-                              sliced_resource=config.sliced_resource,
-                              slices_per_card=config.slices_per_card),
-        pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
-        changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
-    )
+    ctx, claims_kv = await build.context(config, nc, options)
     allocator = Allocator(ctx)
     boards = {resource: Board(offer.tokens) for resource, offer in ctx.offers.items()}
     servers = [PluginServer(config.kubelet_dir, offer, boards[resource], allocator)
@@ -107,7 +83,7 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
     return Parts(
         ctx=ctx, claims_kv=claims_kv, allocator=allocator, servers=servers,
         registrar=Registrar(config.kubelet_dir, servers, options.kubelet_poll_seconds),
-        recompute=Recompute(ctx, boards, await js.key_value(BUCKET_CAPACITY)),
+        recompute=Recompute(ctx, boards, await ctx.js.key_value(BUCKET_CAPACITY)),
     )
 
 
@@ -144,19 +120,6 @@ async def _serve_first(server: PluginServer) -> None:
             "be the kubelet's device-plugins directory, mounted read-write into a container "
             "running as root"
         ) from exc
-
-
-async def _cards(driver: Driver) -> tuple[Card, ...]:
-    """The node's cards; retried while the driver cannot enumerate them (never taken as none)."""
-    attempt = 0
-    while True:
-        try:
-            return tuple(await asyncio.to_thread(driver.cards))
-        except DriverError as exc:
-            attempt += 1
-            wait = backoff.delay(attempt, base=0.5, cap=10.0)
-            log.warning("cannot enumerate the cards (%s); again in %.1fs", exc, wait)
-            await asyncio.sleep(wait)
 
 
 def main() -> int:

@@ -82,7 +82,9 @@ class Recompute:
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
-            self.boards[resource].post(health)
+            board = self.boards.get(resource)  # DRA mode has no device-plugin boards
+            if board is not None:
+                board.post(health)
         _record_metrics(self.ctx, advert.capacity)
         await self._publish(advert.capacity)
         return True

@@ -7,6 +7,9 @@ then published on the audit stream. Nothing else in the allocator writes claims.
     releasing -> removed   abandon     the same, when the Pod was declared gone meanwhile
     (releasing)            leave       the undo's destroy failed: the instance is recorded and
                                        the reclaimer finishes the job
+    active -> releasing    release     DRA mode: the ResourceClaim's use on this node ended
+    (active)               unprepared  DRA mode: NodeUnprepareResources came, or a new prepare
+                                       cleared it (the claim's lifetime, DESIGN.md section 11)
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import functools
 import logging
 import secrets
 import time
+
+import msgspec
 
 from partkeeper.claims import TransitionError, machine
 from partkeeper.drivers import Instance
@@ -182,6 +187,42 @@ async def leave(ctx: Context, claim: Claim, instance: Instance, reason: str) -> 
     await ctx.store.update(claim.card, functools.partial(_leaving, claim_id=claim.id, live=live))
     decision(log, f"left instance to the reclaimer: {reason}", pod_uid=claim.pod_uid,
              card=claim.card, claim_id=claim.id, instance=instance.uuid)
+
+
+def _released(doc: CardClaims, claim_id: str, reason: str) -> CardClaims:
+    current = doc.claims.get(claim_id)
+    if current is None or current.state == "releasing":
+        return doc
+    return machine.release(doc, claim_id, reason, time.time())
+
+
+async def release(ctx: Context, claim: Claim, reason: str) -> None:
+    """Mark the claim releasing (the reclaimer destroys it); nothing when it is gone already or
+    releasing. Raises TransitionError for a state that cannot be released."""
+    doc, _ = await ctx.store.update(
+        claim.card, functools.partial(_released, claim_id=claim.id, reason=reason))
+    now = doc.claims.get(claim.id)
+    if now is None or now.release_reason != reason:
+        return
+    decision(log, f"released: {reason}", pod_uid=claim.pod_uid, card=claim.card,
+             claim_id=claim.id, state="releasing")
+    await events.claim_changed(ctx.js, ctx.node, now, "releasing", reason=reason)
+
+
+def _unprepared(doc: CardClaims, claim_id: str, at: float) -> CardClaims:
+    current = doc.claims.get(claim_id)
+    if current is None or current.state == "releasing" or current.unprepared_at == at:
+        return doc
+    changed = msgspec.structs.replace(current, unprepared_at=at, updated_at=time.time())
+    return msgspec.structs.replace(doc, claims={**doc.claims, claim_id: changed})
+
+
+async def unprepared(ctx: Context, claim: Claim, at: float) -> None:
+    """Record when kubelet unprepared the claim's ResourceClaim (0: prepared again)."""
+    await ctx.store.update(claim.card, functools.partial(_unprepared, claim_id=claim.id, at=at))
+    what = "unprepared" if at else "prepared again"
+    decision(log, f"ResourceClaim {claim.resource_claim} {what} on this node",
+             pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
 
 
 def span_attributes(claim: Claim) -> dict[str, str | int]:

@@ -66,11 +66,17 @@ def decide(
         return Decision(Step.REFUSE, f"claim is in unknown state {claim.state!r}")
     if claim.state == "releasing":
         return _releasing(claim, seen, now, create_timeout)
-    if is_dead(pod):
+    # DRA mode: the partition belongs to the ResourceClaim, which several Pods may share, and
+    # `pod_uid` names only the first of them: no Pod's end releases it. The allocator does once
+    # the claim is unprepared and deallocated, or deleted (services/allocator/dra/ends.py).
+    if is_dead(pod) and not claim.resource_claim_uid:
         return Decision(Step.RELEASE, f"Pod is {pod}")
     recorded = claim.kind == "partition" and claim.state == "active" and claim.instance is not None
     if recorded and seen.listed and seen.present is None:
         return Decision(Step.RELEASE, "its instance vanished from the card")
+    if claim.resource_claim_uid:
+        return Decision(Step.KEEP, f"ResourceClaim {claim.resource_claim} holds it; claim is "
+                        f"{claim.state}")
     return Decision(Step.KEEP, f"Pod is {pod}; claim is {claim.state}")
 
 

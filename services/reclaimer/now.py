@@ -61,6 +61,13 @@ class ReclaimNowHandler:
             return f"claim {cid} is not on this node"
         if claim.state not in KNOWN_STATES:
             return f"claim {cid} is in unknown state {claim.state!r}; it is left alone"
+        if claim.resource_claim_uid:
+            # DRA mode: the ResourceClaim's end decides (decide.py), never its first Pod's.
+            pods.setdefault(claim.pod_uid, Evidence("unknown", "DRA: the ResourceClaim decides"))
+            if claim.state == "releasing":
+                return ""
+            return (f"claim {cid} belongs to ResourceClaim {claim.resource_claim}, which is "
+                    "still in use on this node; its partition stays")
         if claim.pod_uid not in pods:
             pods[claim.pod_uid] = await ask(self.ctx.nc, self.ctx.node, claim.pod_uid,
                                             fresh=True, timeout=self.ctx.tuning.watcher_timeout)

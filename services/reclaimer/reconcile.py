@@ -95,7 +95,7 @@ class Reconciler:
     async def _verdicts(self, docs: dict[int, CardClaims]) -> dict[str, Evidence]:
         """The watcher's view of every Pod holding a claim not yet releasing."""
         uids = sorted({c.pod_uid for d in docs.values() for c in d.claims.values()
-                       if c.state != "releasing"})
+                       if c.state != "releasing" and not c.resource_claim_uid})
         verdicts: dict[str, Evidence] = {}
         for uid in uids:
             evidence = await ask(self.ctx.nc, self.ctx.node, uid, fresh=False,

@@ -141,7 +141,7 @@ def dra_config(directory: Path, node: str, kubeconfig: Path, state: Path) -> Con
 @contextlib.asynccontextmanager
 async def dra_node(nc: Client, node: str, kubeconfig: Path, *,
                    cards: tuple[str, ...] = ("H100-80GB",),
-                   options: Options = FAST) -> AsyncIterator[DraNode]:
+                   options: Options = FAST, wait_ready: bool = True) -> AsyncIterator[DraNode]:
     directory = Path(tempfile.mkdtemp(prefix="pkd", dir="/tmp"))
     state = directory / "sim.json"
     init_state(state, list(cards), [])
@@ -160,7 +160,8 @@ async def dra_node(nc: Client, node: str, kubeconfig: Path, *,
                                name="allocator under test")
     stack = DraNode(directory, config, driver, store, watcher, reclaimer, api, task)
     try:
-        await until(lambda: ready.is_set() or task.done(), "the DRA allocator is ready")
+        if wait_ready:
+            await until(lambda: ready.is_set() or task.done(), "the DRA allocator is ready")
         if task.done():
             task.result()
         yield stack

@@ -99,4 +99,4 @@ def test_claim_without_a_class_is_refused(resource_api: client.ResourceV1Api) ->
     with pytest.raises(ApiException) as raised:
         resource_api.create_namespaced_resource_claim("default", body)
     assert raised.value.status == 422
-    assert "deviceClassName" in raised.value.body
+    assert "exactly one of `exactly` or `firstAvailable`" in raised.value.body

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from allocator.allocator_harness import until
@@ -26,7 +27,7 @@ def pod_body(name: str, template: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def control_plane(stack, kubeconfig):
+async def control_plane(stack, kubeconfig, *, wipe_delay: float = 30.0):
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
     core = client.CoreV1Api(api_client)
     resource = client.ResourceV1Api(api_client)
@@ -38,8 +39,8 @@ async def control_plane(stack, kubeconfig):
             "spec": claim_body("x", profile)})
     scheduler = DraScheduler(api_client, stack.node, interval=0.02)
     source = ClusterPodSource(core, stack.node)
-    kubelet = DraKubelet(stack.config.kubelet_registry_dir, source, api_client, poll=0.02,
-                         retry=0.05)
+    kubelet = DraKubelet(stack.config.kubelet_registry_dir, source, api_client, node=stack.node,
+                         poll=0.02, retry=0.05, wipe_delay=wipe_delay)
     task = asyncio.create_task(scheduler.run(), name="sim scheduler")
     try:
         async with kubelet:
@@ -55,8 +56,9 @@ def phase(core, name: str) -> str:
 
 
 async def test_big_and_small_on_one_card_wait_instead_of_failing(
-    nc, js, node, kubeconfig
+    nc, js, node, kubeconfig, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="services.allocator.room")
     async with dra_node(nc, node, kubeconfig) as stack, \
             control_plane(stack, kubeconfig) as (core, resource, scheduler, kubelet):
         await until(lambda: bool(kubelet.plugins), "kubelet registered the DRA plugin")
@@ -78,6 +80,11 @@ async def test_big_and_small_on_one_card_wait_instead_of_failing(
         passes = scheduler.passes
         await until(lambda: scheduler.passes >= passes + 3, "the scheduler passes again")
         assert phase(core, "small") == "Pending", "room is free only once the hardware is"
+        # The claim's deletion released it and the allocator asked reclaim.now, which the
+        # stand-in refuses while it knows nothing of the Pod; once that answer is in, the test
+        # plays the reclaimer's event path.
+        await until(lambda: any("reclaim.now: refused" in r.getMessage()
+                                for r in caplog.records), "reclaim.now was asked and answered")
         await stack.watcher.add(stack.watcher.record(claim.pod_uid, "big", {}))
         await stack.watcher.gone(claim.pod_uid)
         await stack.reclaimer.reclaim(claim)  # the reclaimer's destroy, as its event path does

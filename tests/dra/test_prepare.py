@@ -113,22 +113,54 @@ async def test_device_on_a_foreign_partition_is_refused_and_the_foreign_one_kept
         assert await stack.claims() == []
 
 
-async def test_unprepare_releases_only_once_the_pod_is_confirmed_ended(
-    nc, js, node, kubeconfig
-) -> None:
+async def test_unprepare_records_and_the_deallocation_releases(nc, js, node, kubeconfig) -> None:
     async with dra_node(nc, node, kubeconfig) as stack:
         pod = uid()
         ref = await stack.allocated("c1", "gpu-0-mig-1g10gb-0", pod, "p1")
         assert (await stack.prepare(ref))[ref.uid].error == ""
         assert (await stack.unprepare(ref))[ref.uid].error == ""
         (claim,) = await stack.claims()
-        assert claim.state == "active", "a live Pod's partition is never released by unprepare"
+        assert claim.state == "active" and claim.unprepared_at > 0, \
+            "unprepare only records: the claim is still allocated"
         assert list(stack.config.cdi_dir.iterdir()) == []
-        await stack.watcher.gone(pod, lag=True)
-        assert (await stack.unprepare(ref))[ref.uid].error == ""
+        stack.api.patch_namespaced_resource_claim_status(
+            "c1", "default", {"status": {"allocation": None, "reservedFor": None}})
+        await until(_released(stack), "the deallocated, unprepared claim is released")
         (claim,) = await stack.claims()
-        assert claim.state == "releasing" and "NodeUnprepareResources" in claim.release_reason
-        assert len(await stack.instances()) == 1, "only the reclaimer destroys"
+        assert "no longer allocated" in claim.release_reason
+        await until(lambda: [claim.id] in stack.reclaimer.asked,
+                    "the reclaimer is asked to destroy it at once (it alone destroys)")
+
+
+async def test_prepared_again_after_unprepare_clears_the_mark(nc, js, node, kubeconfig) -> None:
+    async with dra_node(nc, node, kubeconfig) as stack:
+        ref = await stack.allocated("c1", "gpu-0-mig-1g10gb-0", uid(), "p1")
+        assert (await stack.prepare(ref))[ref.uid].error == ""
+        assert (await stack.unprepare(ref))[ref.uid].error == ""
+        assert (await stack.prepare(ref))[ref.uid].error == ""
+        (claim,) = await stack.claims()
+        assert claim.state == "active" and claim.unprepared_at == 0
+        assert len(list(stack.config.cdi_dir.iterdir())) == 1
+
+
+async def test_a_deleted_resource_claim_releases_its_partition(nc, js, node, kubeconfig) -> None:
+    async with dra_node(nc, node, kubeconfig) as stack:
+        ref = await stack.allocated("c1", "gpu-0-mig-1g10gb-0", uid(), "p1")
+        assert (await stack.prepare(ref))[ref.uid].error == ""
+        assert (await stack.unprepare(ref))[ref.uid].error == ""
+        stack.api.delete_namespaced_resource_claim("c1", "default")
+        await until(_released(stack), "the deleted claim's partition is released")
+        (claim,) = await stack.claims()
+        assert "was deleted" in claim.release_reason
+
+
+def _released(stack):
+    """The claims are all releasing (the stand-in reclaimer destroys only for a dead Pod, and
+    the Pods here stay live, so they stay)."""
+    async def check() -> bool:
+        claims = await stack.claims()
+        return bool(claims) and all(c.state == "releasing" for c in claims)
+    return check
 
 
 def _has(stack, name: str):

@@ -28,6 +28,8 @@ def test_up_demo_dra_passes_and_leaves_no_process() -> None:
         assert "partkeeper demo summary (DRA mode)" in done.stdout, report
         assert "waited Pending 1, failed 0" in done.stdout, report
         assert "for ResourceClaim partkeeper-demo/" in done.stdout, report
+        assert "shared ResourceClaim: 2 Pods on one partition" in done.stdout, report
+        assert "firstAvailable allocated gpu/p0" in done.stdout, report
         assert "PASSED" in done.stdout, report
         assert not list((workdir / "cdi").glob("*.json")), "unprepare removes the CDI specs"
         children = recorded_children(workdir)

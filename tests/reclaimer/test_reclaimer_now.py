@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from reclaimer.reclaimer_harness import AuditLog, FakeWatcher, Hands, new_uid, until
 
 from partkeeper.bus import request
@@ -87,3 +88,25 @@ async def test_a_releasing_claim_is_accepted_and_no_answer_means_no_action(
     done, why = (await ask(nc, hands.node, silent.id))[silent.id]
     assert not done and "did not answer" in why
     assert await hands.exists(s_inst) and (await hands.claim(silent)).state == "active"
+
+
+async def test_a_dra_claim_is_destroyed_only_once_released_never_on_its_first_pods_end(
+    hands: Hands, watcher: FakeWatcher, nc, start_reclaimer
+) -> None:
+    await start_alone(hands, watcher, start_reclaimer)
+    first = new_uid()
+    watcher.states[first] = "gone"  # the first Pod of reservedFor; another still uses the claim
+    claim, inst = await hands.allocate(first, card=0, start=0)
+
+    def shared(doc):
+        dra = msgspec.structs.replace(doc.claims[claim.id], resource_claim="default/shared",
+                                      resource_claim_uid="rc-1")
+        return msgspec.structs.replace(doc, claims={**doc.claims, claim.id: dra})
+
+    await hands.store.update(0, shared)
+    (done, why) = (await ask(nc, hands.node, claim.id))[claim.id]
+    assert not done and "ResourceClaim default/shared" in why
+    assert await hands.exists(inst) and first not in watcher.fresh
+    await hands.store.update(0, lambda d: machine.release(d, claim.id, "claim ended", 0.0))
+    (done, _) = (await ask(nc, hands.node, claim.id))[claim.id]
+    assert done and not await hands.exists(inst)

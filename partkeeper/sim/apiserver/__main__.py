@@ -24,7 +24,18 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kubeconfig", help="write a kubeconfig for the server here")
     parser.add_argument("--bookmark-interval", type=float, default=1.0, metavar="SECONDS")
     parser.add_argument("--history-limit", type=int, default=10_000, metavar="CHANGES")
+    parser.add_argument("--feature-gates", default="", metavar="NAME=BOOL,...",
+                        help="as kube-apiserver's; only DRAPartitionableDevices (default true) "
+                             "is understood")
     return parser.parse_args(argv)
+
+
+def _partitionable(gates: str) -> bool:
+    for entry in filter(None, (g.strip() for g in gates.split(","))):
+        name, _, value = entry.partition("=")
+        if name == "DRAPartitionableDevices":
+            return value.lower() != "false"
+    return True
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -33,6 +44,7 @@ async def _serve(args: argparse.Namespace) -> None:
         args.port,
         bookmark_interval=args.bookmark_interval,
         history_limit=args.history_limit,
+        partitionable_devices=_partitionable(args.feature_gates),
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

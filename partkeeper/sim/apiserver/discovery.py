@@ -7,10 +7,13 @@ from typing import Any
 from . import resource
 from .events import EVENTS_API
 
+# The version the server claims by default (ServerState.kubernetes_version): resource.k8s.io/v1
+# with counter sets in slices of their own and the ResourceSlice rules of resourceslice.py are
+# those of 1.35 (and 1.36).
 VERSION = {
     "major": "1",
-    "minor": "30",
-    "gitVersion": "v1.30.0-partkeeper-sim",
+    "minor": "35",
+    "gitVersion": "v1.35.0-partkeeper-sim",
     "gitCommit": "0000000000000000000000000000000000000000",
     "gitTreeState": "clean",
     "buildDate": "2024-01-01T00:00:00Z",
@@ -18,6 +21,13 @@ VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+
+def version(release: str) -> dict[str, Any]:
+    """The /version document of a server claiming `release` ("1.35")."""
+    major, _, minor = release.partition(".")
+    return {**VERSION, "major": major, "minor": minor,
+            "gitVersion": f"v{major}.{minor}.0-partkeeper-sim"}
+
 
 _VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 

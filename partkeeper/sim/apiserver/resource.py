@@ -3,23 +3,21 @@ ResourceClaims (with status) and ResourceClaimTemplates.
 
 Everything DRA adds to the server lives here: the kinds with their create-time checks, the fields
 a selector may name, the discovery documents and the routes. The store and the HTTP layer stay
-generic. Checks are the ones a driver or scheduler bug would trip: a slice must hold devices or
-counter sets, not both, and within the API's limits; a claim's requests must name a class.
+generic. Checks are the ones a driver or scheduler bug would trip: a slice is checked as the real
+server checks it (`resourceslice.py`); a claim's requests must name a class.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .errors import Invalid
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 GROUP = "resource.k8s.io"
 API_VERSION = f"{GROUP}/v1"
 PREFIX = f"/apis/{API_VERSION}"
-
-MAX_DEVICES = 128
-MAX_DEVICES_WITH_COUNTERS = 64
-MAX_COUNTER_SETS = 8
 
 # plural -> (kind, namespaced, has status)
 RESOURCES: dict[str, tuple[str, bool, bool]] = {
@@ -51,30 +49,9 @@ def _spec(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def prepare_slice(obj: dict[str, Any]) -> None:
-    spec = _spec("ResourceSlice", obj)
-    where = f'ResourceSlice "{_name(obj)}" is invalid'
-    if not spec.get("driver"):
-        raise Invalid(f"{where}: spec.driver: Required value")
-    pool = spec.get("pool")
-    if not isinstance(pool, dict) or not pool.get("name"):
-        raise Invalid(f"{where}: spec.pool.name: Required value")
-    if not isinstance(pool.get("generation"), int) or pool.get("resourceSliceCount", 0) < 1:
-        raise Invalid(f"{where}: spec.pool: generation and resourceSliceCount > 0 are required")
-    devices, counters = spec.get("devices") or [], spec.get("sharedCounters") or []
-    if devices and counters:
-        raise Invalid(f"{where}: spec: only one of devices and sharedCounters may be set")
-    limit = MAX_DEVICES
-    if any(d.get("consumesCounters") or d.get("taints") for d in devices):
-        limit = MAX_DEVICES_WITH_COUNTERS
-    if len(devices) > limit:
-        raise Invalid(f"{where}: spec.devices: Too many: {len(devices)}: must have at most "
-                      f"{limit} items")
-    if len(counters) > MAX_COUNTER_SETS:
-        raise Invalid(f"{where}: spec.sharedCounters: Too many: {len(counters)}: must have at "
-                      f"most {MAX_COUNTER_SETS} items")
-    names = [d.get("name") for d in devices]
-    if len(set(names)) != len(names) or not all(names):
-        raise Invalid(f"{where}: spec.devices: device names must be set and unique")
+    # Validated (and canonicalised) with the feature gates in view on every write: the store
+    # calls `resourceslice.admit`, create and update alike.
+    _spec("ResourceSlice", obj)
 
 
 def prepare_class(obj: dict[str, Any]) -> None:
@@ -83,18 +60,32 @@ def prepare_class(obj: dict[str, Any]) -> None:
 
 
 def _check_claim_spec(kind: str, name: str, spec: Any) -> None:
+    """Each request sets exactly one of `exactly` and `firstAvailable` (a prioritized list of
+    at most 8 subrequests with DNS-label names), as pkg/apis/resource/validation checks; the
+    defaults (`allocationMode: ExactCount`, `count: 1`) are filled as the v1 defaulting does."""
+    where = f'{kind} "{name}" is invalid: spec.devices.requests'
     devices = spec.get("devices") if isinstance(spec, dict) else None
     requests = devices.get("requests") if isinstance(devices, dict) else None
     if not isinstance(requests, list) or not requests:
-        raise Invalid(f'{kind} "{name}" is invalid: spec.devices.requests: Required value')
+        raise Invalid(f"{where}: Required value")
     for request in requests:
-        exactly = request.get("exactly") if isinstance(request, dict) else None
-        if not request.get("name") or not isinstance(exactly, dict) or \
-                not exactly.get("deviceClassName"):
-            raise Invalid(f'{kind} "{name}" is invalid: spec.devices.requests: each needs a '
-                          "name and exactly.deviceClassName")
-        exactly.setdefault("allocationMode", "ExactCount")
-        exactly.setdefault("count", 1)
+        if not isinstance(request, dict) or not request.get("name"):
+            raise Invalid(f"{where}: each needs a name")
+        exactly, first = request.get("exactly"), request.get("firstAvailable")
+        if (exactly is None) == (first is None):
+            raise Invalid(f"{where}[{request['name']}]: exactly one of `exactly` or "
+                          "`firstAvailable` is required")
+        subrequests = [exactly] if exactly is not None else first
+        if not isinstance(subrequests, list) or not 1 <= len(subrequests) <= 8:
+            raise Invalid(f"{where}[{request['name']}].firstAvailable: must have 1 to 8 items")
+        for sub in subrequests:
+            if not isinstance(sub, dict) or not sub.get("deviceClassName"):
+                raise Invalid(f"{where}[{request['name']}]: each needs a deviceClassName")
+            if first is not None and not _DNS_LABEL.match(str(sub.get("name", ""))):
+                raise Invalid(f"{where}[{request['name']}].firstAvailable: each needs a "
+                              "DNS-label name")
+            sub.setdefault("allocationMode", "ExactCount")
+            sub.setdefault("count", 1)
 
 
 def prepare_claim(obj: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ def build_app(state: ServerState) -> web.Application:
     router = app.router
     for path in ("/healthz", "/readyz", "/livez"):
         router.add_get(path, _ok)
-    _add_discovery(router)
+    _add_discovery(router, state)
     pods = Resource(state, PODS)
     _add_resource(router, "/api/v1", "pods", pods, namespaced=True, status=True)
     router.add_post("/api/v1/namespaces/{namespace}/pods/{name}/binding", pods.bind)
@@ -79,9 +79,9 @@ def _add_resource(
         router.add_patch(f"{item}/status", functools.partial(resource.patch, subresource="status"))
 
 
-def _add_discovery(router: web.UrlDispatcher) -> None:
+def _add_discovery(router: web.UrlDispatcher, state: ServerState) -> None:
     async def version(_: web.Request) -> web.Response:
-        return reply(discovery.VERSION)
+        return reply(discovery.version(state.kubernetes_version))
 
     async def api(request: web.Request) -> web.Response:
         return reply(discovery.api_versions(request.host))

@@ -35,11 +35,13 @@ class ApiServer(Admin):
         bookmark_interval: float = 1.0,
         history_limit: int = 10_000,
         auto_create_nodes: bool = True,
+        partitionable_devices: bool = True,
     ) -> None:
+        """`partitionable_devices`: the kube-apiserver feature gate DRAPartitionableDevices."""
         self.host = host
         self._requested_port = port
         self._port: int | None = None
-        store = Store(history_limit=history_limit)
+        store = Store(history_limit=history_limit, partitionable_devices=partitionable_devices)
         self._state = ServerState(
             store,
             WatchHub(store),

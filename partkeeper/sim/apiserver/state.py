@@ -17,3 +17,5 @@ class ServerState:
     # A GET of an unknown Node creates it, as a kubelet registering itself would have.
     auto_create_nodes: bool = True
     unavailable: bool = False
+    # What /version answers ("1.35"); tests set another to see a client refuse it.
+    kubernetes_version: str = "1.35"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from . import kinds, patch
+from . import kinds, patch, resourceslice
 from .errors import AlreadyExists, BadRequest, Conflict, Expired, Invalid, not_found
 from .selectors import Selector
 
@@ -88,7 +88,8 @@ class Store:
     """Pods, Nodes and Events by (namespace, name), with the history watches resume from."""
 
     def __init__(
-        self, *, history_limit: int = 10_000, clock: Callable[[], datetime] = _utcnow
+        self, *, history_limit: int = 10_000, clock: Callable[[], datetime] = _utcnow,
+        partitionable_devices: bool = True,
     ) -> None:
         self._objects: dict[str, dict[Key, Any]] = {name: {} for name in kinds.KINDS}
         # Start above zero: "0" means "any version" to a watch, never a real one.
@@ -98,6 +99,9 @@ class Store:
         self._compacted = 1
         self._listeners: list[Listener] = []
         self.clock = clock
+        # The kube-apiserver feature gate DRAPartitionableDevices (off by default on 1.34 and
+        # 1.35): off, ResourceSlices lose their counter fields silently (resourceslice.py).
+        self.partitionable_devices = partitionable_devices
 
     @property
     def resource_version(self) -> int:
@@ -148,6 +152,7 @@ class Store:
     def create(self, resource: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         kind = kinds.KINDS[resource]
         obj = kinds.new_object(kind, body, namespace, self.clock())
+        self._admit(resource, obj, None)
         key = self._key(resource, namespace, obj["metadata"]["name"])
         if key in self._objects[resource]:
             raise AlreadyExists(
@@ -200,10 +205,15 @@ class Store:
             raise BadRequest("the object must be a JSON object")
         self._check_version(resource, current, proposed)
         updated = kinds.updated_object(kinds.KINDS[resource], current, proposed, subresource)
+        self._admit(resource, updated, current)
         if updated == current:
             # A no-op update writes nothing, as on the real server: no new version, no event.
             return copy.deepcopy(current)
         return copy.deepcopy(self._commit(resource, key, MODIFIED, updated).obj)
+
+    def _admit(self, resource: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if resource == "resourceslices":
+            resourceslice.admit(obj, old, partitionable=self.partitionable_devices)
 
     def bind(self, namespace: str, name: str, node_name: str) -> dict[str, Any]:
         """The binding subresource: the one way a Pod's spec.nodeName is set after creation."""

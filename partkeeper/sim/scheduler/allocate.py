@@ -9,25 +9,16 @@ every request of every claim is served or nothing is allocated.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
+from partkeeper.dra.quantity import parse as quantity
 from partkeeper.sim.scheduler import cel
 
 PoolKey = tuple[str, str]  # (driver, pool)
 CounterKey = tuple[str, str, str, str]  # (driver, pool, counter set, counter)
-_QUANTITY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_FACTOR = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def quantity(text: Any) -> int:
-    match = _QUANTITY.match(str(text).strip())
-    if match is None:
-        raise ValueError(f"quantity {text!r} is not a whole number with an optional suffix")
-    return int(match[1]) * _FACTOR[match[2]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +31,8 @@ class Candidate:
     def name(self) -> str:
         return str(self.device.get("name", ""))
 
-    def consumption(self) -> dict[CounterKey, int]:
-        used: dict[CounterKey, int] = {}
+    def consumption(self) -> dict[CounterKey, Fraction]:
+        used: dict[CounterKey, Fraction] = {}
         for use in self.device.get("consumesCounters") or []:
             for counter, value in (use.get("counters") or {}).items():
                 key = (self.driver, self.pool, use.get("counterSet", ""), counter)
@@ -54,7 +45,7 @@ class Inventory:
     """The complete pools: devices in slice order and the counters they share."""
 
     devices: list[Candidate] = field(default_factory=list)
-    counters: dict[CounterKey, int] = field(default_factory=dict)
+    counters: dict[CounterKey, Fraction] = field(default_factory=dict)
 
     def find(self, driver: str, pool: str, name: str) -> Candidate | None:
         return next((d for d in self.devices
@@ -90,7 +81,7 @@ def results_of(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def left(inventory: Inventory, allocated: Iterable[Mapping[str, Any]]
-         ) -> tuple[dict[CounterKey, int], set[tuple[str, str, str]]]:
+         ) -> tuple[dict[CounterKey, Fraction], set[tuple[str, str, str]]]:
     """Counters left and devices taken after every allocated claim's devices."""
     counters = dict(inventory.counters)
     taken: set[tuple[str, str, str]] = set()
@@ -121,32 +112,58 @@ def allocate(
     wanted: Sequence[Mapping[str, Any]],
 ) -> dict[str, list[dict[str, str]]]:
     """Results per claim name for every request of `wanted`. Raises Unsatisfiable, or
-    cel.SelectorError for a selector outside the supported subset."""
+    cel.SelectorError for a selector outside the supported subset.
+
+    A request with `firstAvailable` (prioritized list, beta and on by default since 1.34) is
+    served by its first subrequest that fits now, and its results name `<request>/<subrequest>`
+    (k8s.io/dynamic-resource-allocation structured allocator; the real one also backtracks
+    across requests, which first fit over these pools never needs)."""
     counters, taken = left(inventory, allocated)
     out: dict[str, list[dict[str, str]]] = {}
     for claim in wanted:
         name = claim["metadata"]["name"]
         out[name] = []
         for request in claim["spec"]["devices"]["requests"]:
-            exactly = request["exactly"]
-            device_class = classes.get(exactly["deviceClassName"])
-            if device_class is None:
-                raise Unsatisfiable(f"DeviceClass {exactly['deviceClassName']} does not exist")
-            expressions = _selectors(device_class.get("spec") or {}) + _selectors(exactly)
-            for _ in range(int(exactly.get("count", 1))):
-                chosen = _first_fit(inventory, counters, taken, expressions)
-                if chosen is None:
-                    raise Unsatisfiable(f"claim {name} request {request['name']}: no device "
-                                        "fits now")
-                for counter, used in chosen.consumption().items():
+            options = [(request["name"], request["exactly"])] if request.get("exactly") else [
+                (f"{request['name']}/{sub['name']}", sub) for sub in request["firstAvailable"]]
+            served = next(((n, c) for n, spec in options
+                           if (c := _serve(inventory, classes, counters, taken, spec))), None)
+            if served is None:
+                raise Unsatisfiable(f"claim {name} request {request['name']}: no device fits "
+                                    "now")
+            result_name, chosen = served
+            for device in chosen:
+                for counter, used in device.consumption().items():
                     counters[counter] -= used
-                taken.add((chosen.driver, chosen.pool, chosen.name))
-                out[name].append({"request": request["name"], "driver": chosen.driver,
-                                  "pool": chosen.pool, "device": chosen.name})
+                taken.add((device.driver, device.pool, device.name))
+                out[name].append({"request": result_name, "driver": device.driver,
+                                  "pool": device.pool, "device": device.name})
     return out
 
 
-def _first_fit(inventory: Inventory, counters: dict[CounterKey, int],
+def _serve(inventory: Inventory, classes: Mapping[str, Mapping[str, Any]],
+           counters: dict[CounterKey, Fraction], taken: set[tuple[str, str, str]],
+           spec: Mapping[str, Any]) -> list[Candidate] | None:
+    """The devices one (sub)request gets, first fit, or None; `counters` and `taken` are left
+    as they were."""
+    device_class = classes.get(spec["deviceClassName"])
+    if device_class is None:
+        raise Unsatisfiable(f"DeviceClass {spec['deviceClassName']} does not exist")
+    expressions = _selectors(device_class.get("spec") or {}) + _selectors(spec)
+    counters, taken = dict(counters), set(taken)
+    chosen: list[Candidate] = []
+    for _ in range(int(spec.get("count", 1))):
+        device = _first_fit(inventory, counters, taken, expressions)
+        if device is None:
+            return None
+        for counter, used in device.consumption().items():
+            counters[counter] -= used
+        taken.add((device.driver, device.pool, device.name))
+        chosen.append(device)
+    return chosen
+
+
+def _first_fit(inventory: Inventory, counters: dict[CounterKey, Fraction],
                taken: set[tuple[str, str, str]], expressions: list[str]) -> Candidate | None:
     for device in inventory.devices:
         if (device.driver, device.pool, device.name) in taken:

@@ -31,6 +31,7 @@ class KubeError(Exception):
 class ResourceApi:
     def __init__(self, api: client.ResourceV1Api, node: str) -> None:
         self.api = api
+        self.core = client.CoreV1Api(api.api_client)
         self.node = node
 
     @classmethod
@@ -65,17 +66,44 @@ class ResourceApi:
         return await self._call(f"GET of ResourceClaim {namespace}/{name}",
                                 self.api.read_namespaced_resource_claim, name, namespace)
 
+    async def server_version(self) -> Any:
+        """The API server's /version document."""
+        return await self._call("GET of /version", client.VersionApi(self.api.api_client).get_code)
+
+    async def node_owner(self) -> dict[str, Any]:
+        """The owner reference every slice of this node carries: the Node, as controller (the
+        upstream resourceslice controller's `Owner`), so a deleted Node's slices are
+        garbage-collected."""
+        body = await self._call(f"GET of Node {self.node}", self.core.read_node, self.node)
+        uid = (body.get("metadata") or {}).get("uid") if isinstance(body, dict) else None
+        if not uid:
+            raise KubeError(f"GET of Node {self.node}: the answer carries no UID")
+        return {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid,
+                "controller": True}
+
+    @property
+    def slice_selector(self) -> str:
+        escaped = self.node.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+        return f"spec.nodeName={escaped},spec.driver={DRIVER}"
+
     async def list_slices(self) -> list[dict[str, Any]]:
         """This node's slices of our driver; raises KubeError (never an empty list on failure)."""
-        escaped = self.node.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+        return (await self.list_slices_at())[1]
+
+    async def list_slices_at(self) -> tuple[str, list[dict[str, Any]]]:
+        """The list's resourceVersion and this node's slices of our driver."""
         body = await self._call(
             f"LIST of the ResourceSlices of node {self.node}", self.api.list_resource_slice,
-            field_selector=f"spec.nodeName={escaped},spec.driver={DRIVER}",
+            field_selector=self.slice_selector,
         )
         items = body.get("items") if isinstance(body, dict) else None
         if not isinstance(items, list) or (body.get("metadata") or {}).get("continue"):
             raise KubeError(f"LIST of the ResourceSlices of node {self.node}: not a complete list")
-        return items
+        return str((body.get("metadata") or {}).get("resourceVersion", "")), items
+
+    def watch_slices(self, **kwargs: Any) -> Any:
+        """The blocking watch call `partkeeper.listwatch` runs in its thread."""
+        return self.api.list_resource_slice(field_selector=self.slice_selector, **kwargs)
 
     async def create_slice(self, body: dict[str, Any]) -> Any:
         name = body["metadata"]["name"]

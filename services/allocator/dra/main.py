@@ -1,42 +1,36 @@
-"""The allocator in DRA mode: what it runs, in start-up order.
+"""The allocator in DRA mode: what it runs, in start-up order, on the runtime kit (`Lifecycle`).
 
     Pod view and claims watch (the same as device-plugin mode) -> pk-allocator micro service ->
     capacity recompute (pk-capacity, for status and metrics) -> hardware poll ->
-    ResourceSlice publisher (first publication awaited) -> kubelet plugin sockets
+    ResourceSlice publisher and the watch of its slices (first publication awaited) ->
+    kubelet plugin sockets -> claim lifetimes (release once a ResourceClaim's use ends)
 
-No device-plugin socket is served: kubelet learns about our devices only from the slices.
+No device-plugin socket is served and no device-plugin board is built: kubelet learns about our
+devices only from the slices.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Coroutine
-from typing import Any
 
 from nats.aio.client import Client
 
-from partkeeper.bus.kv import Bucket
-from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
-from partkeeper.drivers import open_driver
 from partkeeper.errors import StartupError
 from partkeeper.health import HEALTH
-from schemas.names import BUCKET_CAPACITY, BUCKET_CLAIMS, BUCKET_PODS
-from services.allocator import catalog, claims_service
-from services.allocator.changes import Changes
-from services.allocator.context import Context
+from partkeeper.lifecycle import Lifecycle
+from schemas.names import BUCKET_CAPACITY
+from services.allocator import build, claims_service
+from services.allocator.dra import versions
+from services.allocator.dra.ends import ClaimEnds
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.plugin import KubeletPlugin
 from services.allocator.dra.prepare import Preparer
 from services.allocator.dra.publish import SlicePublisher
-from services.allocator.main import _cards as enumerate_cards
+from services.allocator.dra.slicewatch import SliceWatch
 from services.allocator.options import Options
-from services.allocator.plugin import Board
-from services.allocator.podresources import PodResources
-from services.allocator.podview import PodView
 from services.allocator.recompute import Recompute, watch_claims
 
 log = logging.getLogger(__name__)
@@ -50,71 +44,58 @@ async def serve(
     options: Options | None = None,
 ) -> None:
     """Run the DRA allocator until cancelled; `ready` is set once the plugin sockets serve."""
-    options = options or Options()
     # DRA hands partitions over by CDI only: the CDI strategy of device-plugin mode, always.
     config = dataclasses.replace(config, device_list_strategy="cdi")
-    driver = options.driver
-    if driver is None:
-        driver = await asyncio.to_thread(open_driver, config)
-    cards = await enumerate_cards(driver)
-    js = nc.jetstream()
-    claims = await Bucket.open(js, BUCKET_CLAIMS)
-    claims_kv = claims.kv
-    changes = Changes()
-    offers = catalog.offers(cards, prefix=config.resource_prefix,
-                            sliced_resource=config.sliced_resource,
-                            slices_per_card=config.slices_per_card)
-    ctx = Context(config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node),
-                  driver=driver, cards=cards, offers=offers,
-                  pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
-                  changes=changes, podres=PodResources(config.pod_resources_socket),
-                  options=options)
+    ctx, claims_kv = await build.context(config, nc, options or Options())
     try:
         api = await ResourceApi.connect(config)
     except KubeError as exc:
         raise StartupError(f"DRA mode needs the API server: {exc}") from exc
-    preparer = Preparer(ctx, api)
-    plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer)
-    tasks: list[asyncio.Task[None]] = []
-
-    def spawn(work: Coroutine[Any, Any, None], name: str) -> None:
-        tasks.append(asyncio.create_task(work, name=name))
-
-    service = None
-    publisher = SlicePublisher(ctx, api)
-    try:
+    async with Lifecycle("allocator") as life:
+        life.on_stop("the API client", api.close)
+        await _supported(api)
+        life.on_stop("the pod-resources client", ctx.podres.close)
+        ends = ClaimEnds(ctx, api)
+        preparer = Preparer(ctx, api, ends.wake)
+        plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer)
+        publisher = SlicePublisher(ctx, api)
         loaded, claims_seen, computed, published = (asyncio.Event() for _ in range(4))
-        spawn(ctx.pods.run(loaded), "allocator pod view")
-        spawn(watch_claims(ctx, claims_kv, claims_seen), "allocator claims watch")
-        await loaded.wait()
-        await claims_seen.wait()
-        service = await claims_service.start(nc, ctx.node, ctx.store, [c.index for c in cards])
-        boards = {resource: Board(offer.tokens) for resource, offer in offers.items()}
-        recompute = Recompute(ctx, boards, await js.key_value(BUCKET_CAPACITY))
-        spawn(recompute.run(computed), "allocator recompute")
+        life.spawn("pod view", ctx.pods.run(loaded))
+        life.spawn("claims watch", watch_claims(ctx, claims_kv, claims_seen))
+        await life.until(loaded)
+        await life.until(claims_seen)
+        service = await claims_service.start(nc, ctx.node, ctx.store, [c.index for c in ctx.cards])
+        life.on_stop("the claims.query service", service.stop)
+        recompute = Recompute(ctx, {}, await ctx.js.key_value(BUCKET_CAPACITY))
+        life.spawn("recompute", recompute.run(computed))
         ctx.changes.touch()
-        await computed.wait()
-        spawn(recompute.poll_hardware(), "allocator hardware poll")
-        spawn(publisher.run(published), "allocator slice publisher")
-        await published.wait()
+        await life.until(computed)
+        life.spawn("hardware poll", recompute.poll_hardware())
+        life.spawn("slice publisher", publisher.run(published))
+        life.spawn("slice watch", SliceWatch(api, publisher).run())
+        await life.until(published)
+        # Stopped after the tasks, in this order: the sockets, then the realisations in flight.
+        life.on_stop("the DRA calls in flight", preparer.close)
+        life.on_stop("the kubelet plugin", plugin.stop)
         await _serve_plugin(plugin)
+        life.spawn("claim lifetimes", ends.run())
         log.info("allocator ready on node %s in DRA mode: %s", config.node, plugin.service_path)
         if ready is not None:
             ready.set()
         with HEALTH.condition("kubelet registration", plugin.registration.registered.is_set), \
                 HEALTH.condition("ResourceSlices published", lambda: publisher.failures == 0):
-            await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await plugin.stop()
-        await preparer.close()
-        if service is not None:
-            with contextlib.suppress(Exception):
-                await service.stop()
-        await ctx.podres.close()
-        api.close()
+            await life.run()
+
+
+async def _supported(api: ResourceApi) -> None:
+    """Refuse to start on a Kubernetes version whose slices we do not publish."""
+    try:
+        document = await api.server_version()
+    except KubeError as exc:
+        raise StartupError(f"DRA mode needs the API server: {exc}") from exc
+    refused = versions.refusal(document)
+    if refused is not None:
+        raise StartupError(refused)
 
 
 async def _serve_plugin(plugin: KubeletPlugin) -> None:

@@ -11,26 +11,32 @@ The claim is durable before the driver is asked (invariant 4), so a crash at any
 record that the retry completes or the reclaimer removes. A device's realisation runs in a task
 that outlives kubelet giving up on the call, so a retry joins it instead of racing it.
 
-Unprepare never destroys: the claims of Pods the watcher confirms finished or gone are marked
-`releasing`, the others are left for the reclaimer, which releases them on the Pod's end as in
-device-plugin mode. Either way the reclaimer alone destroys.
+Unprepare never destroys, nor releases: it records that kubelet is done with the claim on this
+node (kubelet calls it once the claim's last Pod here is gone, however many Pods share it), and
+`ends.py` releases once the claim is deallocated from the node or deleted. The reclaimer alone
+destroys, as in device-plugin mode.
+
+Kubelet matches a container's claim request by its top-level name, so every device answers the
+request's top-level name: `gpu` for a prioritized-list allocation `gpu/p0` (the upstream
+kubeletplugin helper strips subrequests the same way, resourceclaim.BaseRequestRef).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
+from collections.abc import Callable
 
 from partkeeper import cdi, faults
-from partkeeper.claims import StoreReadError, TransitionError, machine
+from partkeeper.claims import StoreReadError, TransitionError
+from partkeeper.claims.store import ConflictExhausted
 from partkeeper.dra import DRIVER
 from partkeeper.drivers import DriverError, Instance
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
-from schemas import CardClaims, Claim
-from services.allocator import events, handoff, partitions, podmatch, writes
+from schemas import Claim
+from services.allocator import handoff, partitions, writes
 from services.allocator.context import Context
 from services.allocator.dra import requests
 from services.allocator.dra.kube import KubeError, ResourceApi
@@ -55,9 +61,11 @@ def new_claim(w: Wanted, now: float) -> Claim:
 
 
 class Preparer:
-    def __init__(self, ctx: Context, api: ResourceApi) -> None:
+    def __init__(self, ctx: Context, api: ResourceApi,
+                 on_unprepared: Callable[[], None] = lambda: None) -> None:
         self.ctx = ctx
         self.api = api
+        self.on_unprepared = on_unprepared  # wakes the claim lifetimes (ends.py)
         self._work: dict[str, asyncio.Task[str]] = {}
 
     async def close(self) -> None:
@@ -78,7 +86,8 @@ class Preparer:
             decision(log, f"NodePrepareResources refused: {exc}", claim_uid=asked.uid)
             return pb.NodePrepareResourceResponse(error=str(exc))
         return pb.NodePrepareResourceResponse(devices=[
-            pb.Device(request_names=[w.request] if w.request else [], pool_name=self.ctx.node,
+            pb.Device(request_names=[requests.top_level(w.request)] if w.request else [],
+                      pool_name=self.ctx.node,
                       device_name=w.device, cdi_device_ids=[cid])
             for w, cid in found
         ])
@@ -110,6 +119,9 @@ class Preparer:
                      card=claim.card, claim_id=claim.id)
             instance = await self._adopt(w, claim) or await self._create(w, claim)
         elif existing.state == "active" and existing.instance is not None:
+            if existing.unprepared_at:
+                # Unprepared, still allocated, and now a Pod of this node uses it again.
+                await writes.unprepared(self.ctx, existing, 0.0)
             return await self._cdi(existing)
         else:
             raise PrepareError(f"{w.asked}: device {w.device} is {existing.state} "
@@ -154,6 +166,9 @@ class Preparer:
         return names[0]
 
     async def unprepare(self, ref: pb.Claim) -> pb.NodeUnprepareResourceResponse:
+        """Kubelet is done with the claim on this node (its last Pod here is gone): record it
+        on every partition of the claim and drop their CDI specs. Nothing is released here:
+        the claim may still be allocated, and `ends.ClaimEnds` releases once it is not."""
         asked = Asked(ref.namespace, ref.uid, ref.name)
         try:
             docs = await self.ctx.store.read_all([c.index for c in self.ctx.cards])
@@ -161,32 +176,17 @@ class Preparer:
             return pb.NodeUnprepareResourceResponse(error=f"{asked}: {exc}; kubelet may retry")
         mine = [c for doc, _ in docs.values() for c in doc.claims.values()
                 if c.resource_claim_uid == ref.uid]
+        now = time.time()
         for claim in mine:
             try:
-                await self._release_if_ended(asked, claim)
-            except (podmatch.LookupFailed, TransitionError) as exc:
-                log.info("%s: claim %s left to the reclaimer (%s)", asked, claim.id, exc)
+                await writes.unprepared(self.ctx, claim, now)
+            except (StoreReadError, ConflictExhausted, TransitionError) as exc:
+                return pb.NodeUnprepareResourceResponse(
+                    error=f"{asked}: recording the unprepare of claim {claim.id} failed ({exc}); "
+                          "kubelet may retry")
             try:
                 await asyncio.to_thread(cdi.remove_spec, self.ctx.config.cdi_dir, claim.id)
             except cdi.CdiError as exc:
                 log.warning("%s: %s; the reclaimer removes it after the destroy", asked, exc)
+        self.on_unprepared()
         return pb.NodeUnprepareResourceResponse()
-
-    async def _release_if_ended(self, asked: Asked, claim: Claim) -> None:
-        answer = await podmatch.pod_state(self.ctx, claim.pod_uid, fresh=True)
-        if answer.state not in ("finished", "gone") or claim.state == "releasing":
-            return
-        reason = f"NodeUnprepareResources for {asked}; Pod {answer.state}"
-        doc, _ = await self.ctx.store.update(
-            claim.card, functools.partial(_release, claim_id=claim.id, reason=reason))
-        if claim.id in doc.claims:
-            decision(log, f"released: {reason}", pod_uid=claim.pod_uid, card=claim.card,
-                     claim_id=claim.id, state="releasing")
-            await events.claim_changed(self.ctx.js, self.ctx.node, doc.claims[claim.id],
-                                       "releasing", reason=reason)
-
-
-def _release(doc: CardClaims, claim_id: str, reason: str) -> CardClaims:
-    if claim_id not in doc.claims:
-        return doc
-    return machine.release(doc, claim_id, reason, time.time())

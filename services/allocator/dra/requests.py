@@ -48,6 +48,12 @@ class Wanted:
         return claim_id(self.asked.uid, self.device)
 
 
+def top_level(request: str) -> str:
+    """The request a result names, without its subrequest (`gpu/p0` -> `gpu`): kubelet matches
+    containers by top-level names (pkg/kubelet/cm/dra/claiminfo.go, `cdiDevicesAsList`)."""
+    return request.split("/", 1)[0]
+
+
 def claim_id(claim_uid: str, device: str) -> str:
     """The partkeeper claim of one allocated device: ResourceClaim UID and device name."""
     return f"{claim_uid}.{device}"

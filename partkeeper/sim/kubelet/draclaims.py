@@ -1,0 +1,51 @@
+"""What the simulated kubelet keeps per prepared ResourceClaim, and which CDI devices a container
+gets: pure bookkeeping, after kubelet's DRA manager (k8s.io/kubernetes pkg/kubelet/cm/dra).
+
+- One entry per claim UID, not per Pod: `PrepareResources` adds the Pod to the claim's set and
+  calls the plugin only when the claim is not prepared yet; `UnprepareResources` removes the Pod
+  and calls the plugin only when no Pod is left (manager.go: `addPodReference`,
+  `isPrepared`, `deletePodReference`, `hasPodReference`).
+- A container's claim reference (`resources.claims[].name`, optional `.request`) gets the CDI
+  ids of the devices whose `request_names` contain that request (a device answered with no
+  request names matches any), or of every device when the reference names no request
+  (claiminfo.go, `cdiDevicesAsList`). Kubelet compares top-level names: a device
+  answered as `gpu/p0` reaches no container asking for request `gpu`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from partkeeper.kubelet import dra_pb2
+
+
+@dataclass
+class ClaimInfo:
+    driver: str
+    ref: dra_pb2.Claim
+    pods: set[str] = field(default_factory=set)
+    devices: list[dra_pb2.Device] = field(default_factory=list)
+    prepared: bool = False
+
+
+def cdi_devices(devices: Iterable[dra_pb2.Device], request: str) -> list[str]:
+    """The CDI ids a container referring to the claim with `request` ("" for none) gets."""
+    return [cid for device in devices
+            if not request or not device.request_names or request in device.request_names
+            for cid in device.cdi_device_ids]
+
+
+def container_devices(pod: Mapping[str, Any], names: Mapping[str, str],
+                      claims: Mapping[str, ClaimInfo]) -> dict[str, list[str]]:
+    """Per container, the CDI ids it gets. `names` maps the Pod's claim entries to claim UIDs."""
+    out: dict[str, list[str]] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        got: list[str] = []
+        for ref in (container.get("resources") or {}).get("claims") or []:
+            info = claims.get(names.get(str(ref.get("name")), ""))
+            if info is not None:
+                got += cdi_devices(info.devices, str(ref.get("request") or ""))
+        out[str(container.get("name"))] = got
+    return out

@@ -1,0 +1,60 @@
+"""What both modes of the allocator build first: the driver, the cards, the claims store, the Pod
+view and the `Context` that carries them (device-plugin mode: `main.py`; DRA mode:
+`dra/main.py`). One function, imported by both, so neither imports the other."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from partkeeper.bus import backoff
+from partkeeper.bus.kv import Bucket
+from partkeeper.claims import ClaimsStore
+from partkeeper.config import Config
+from partkeeper.drivers import Card, Driver, DriverError, open_driver
+from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
+from services.allocator import catalog
+from services.allocator.changes import Changes
+from services.allocator.context import Context
+from services.allocator.options import Options
+from services.allocator.podresources import PodResources
+from services.allocator.podview import PodView
+
+log = logging.getLogger(__name__)
+
+
+async def context(config: Config, nc: Client, options: Options) -> tuple[Context, KeyValue]:
+    """The allocator's shared parts, and the claims bucket's KV for the claims watch."""
+    driver = options.driver
+    if driver is None:
+        driver = await asyncio.to_thread(open_driver, config)
+    cards = await enumerate_cards(driver)
+    js = nc.jetstream()
+    claims = await Bucket.open(js, BUCKET_CLAIMS)
+    changes = Changes()
+    ctx = Context(
+        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node), driver=driver,
+        cards=cards,
+        offers=catalog.offers(cards, prefix=config.resource_prefix,
+                              sliced_resource=config.sliced_resource,
+                              slices_per_card=config.slices_per_card),
+        pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
+        changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
+    )
+    return ctx, claims.kv
+
+
+async def enumerate_cards(driver: Driver) -> tuple[Card, ...]:
+    """The node's cards; retried while the driver cannot enumerate them (never taken as none)."""
+    attempt = 0
+    while True:
+        try:
+            return tuple(await asyncio.to_thread(driver.cards))
+        except DriverError as exc:
+            attempt += 1
+            wait = backoff.delay(attempt, base=0.5, cap=10.0)
+            log.warning("cannot enumerate the cards (%s); again in %.1fs", exc, wait)
+            await asyncio.sleep(wait)
