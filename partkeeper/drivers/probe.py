@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any
 
+from partkeeper import limiter
 from partkeeper.config import ConfigError, load
 from partkeeper.drivers import DriverError, open_driver, profiles
 from partkeeper.drivers.base import Card, Driver, LibraryMissing, ReadError
@@ -83,6 +84,8 @@ def gather(driver: Driver) -> dict[str, Any]:
 
 def render(view: dict[str, Any]) -> None:
     print(f"driver {view['driver']}: {len(view['cards'])} card(s)")
+    if "slice_limiter" in view:
+        print(view["slice_limiter"]["line"])
     for card in view["cards"]:
         mig = card["mig"]
         mode = "no MIG" if mig is None else f"MIG current {'on' if mig['current'] else 'off'}, " \
@@ -104,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load()
         driver = open_driver(config)
-        view = gather(driver)
+        view = {**gather(driver), "slice_limiter": limiter.report(config)}
     except LibraryMissing as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_NO_LIBRARY

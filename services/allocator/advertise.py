@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas import Claim, NodeCapacity
-from schemas.documents import CardView, InstanceView, ResourceCapacity
+from schemas.documents import CardView, InstanceView, ResourceCapacity, SliceLimiterView
 from services.allocator import capacity, tokens
 from services.allocator.catalog import Offer
 from services.allocator.snapshot import Snapshot
@@ -23,7 +23,11 @@ class Advert:
     capacity: NodeCapacity
 
 
-def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float) -> Advert:
+def advertise(
+    offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float,
+    limiter: SliceLimiterView | None = None,
+) -> Advert:
+    """`limiter`: who enforces the logical slices, carried into the document for `status`."""
     claims = snap.claims
     instances = snap.all_instances
     health: dict[str, dict[str, bool]] = {}
@@ -44,6 +48,7 @@ def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float
         resources=resources,
         free_per_card={str(card): free for card, free in sorted(per_card.items())},
         cards=[_card_view(snap, index, per_card.get(index, {})) for index in sorted(snap.cards)],
+        slice_limiter=limiter,
     )
     return Advert(health, doc)
 
@@ -73,6 +78,6 @@ def _pending(claim: Claim, snap: Snapshot) -> bool:
 
 def same(a: NodeCapacity, b: NodeCapacity | None) -> bool:
     """Equal but for the time stamp: no need to publish again."""
-    return b is not None and (a.resources, a.free_per_card, a.cards) == (
-        b.resources, b.free_per_card, b.cards,
+    return b is not None and (a.resources, a.free_per_card, a.cards, a.slice_limiter) == (
+        b.resources, b.free_per_card, b.cards, b.slice_limiter,
     )

@@ -14,6 +14,7 @@ from nats.js import JetStreamContext
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver
+from partkeeper.limiter import NONE, LimiterState
 from services.allocator.catalog import Offer
 from services.allocator.changes import Changes
 from services.allocator.options import Options
@@ -36,6 +37,8 @@ class Context:
     changes: Changes
     podres: PodResources
     options: Options = field(default_factory=Options)
+    # Who enforces logical slices, as found at start (partkeeper.limiter.check).
+    limiter: LimiterState = field(default_factory=lambda: LimiterState(NONE, enforced=False))
     # Serialises "plan, then write the creating claims" inside this process; across processes the
     # compare-and-set on each card's document does the same job.
     placing: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from partkeeper import runtime
+from partkeeper import limiter, runtime
 from partkeeper.bus import backoff
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
@@ -83,6 +83,11 @@ def room_waited(config: Config, options: Options) -> Options:
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:
+    found = await asyncio.to_thread(limiter.check, config)  # before anything is served
+    if found.name == limiter.HAMI_CORE:
+        await asyncio.to_thread(limiter.ensure_lock_dir, options.limiter_lock_dir)
+    log.info("%s", found.sentence(), extra={"slice_limiter": found.name,
+                                             "slices_enforced": found.enforced})
     driver = options.driver
     if driver is None:
         driver = await asyncio.to_thread(open_driver, config)
@@ -99,6 +104,7 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
                               slices_per_card=config.slices_per_card),
         pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
         changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
+        limiter=found,
     )
     allocator = Allocator(ctx)
     boards = {resource: Board(offer.tokens) for resource, offer in ctx.offers.items()}

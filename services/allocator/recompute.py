@@ -22,6 +22,7 @@ from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import NodeCapacity, encode
 from schemas.names import capacity_key, claims_prefix
+from services.allocator import slices
 from services.allocator.advertise import advertise, same
 from services.allocator.context import Context
 from services.allocator.plugin import Board
@@ -80,7 +81,8 @@ class Recompute:
             return False
         self.failures = 0
         self.advertised = snap.instances
-        advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
+        advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time(),
+                           slices.limiter_view(self.ctx))
         for resource, health in advert.health.items():
             self.boards[resource].post(health)
         _record_metrics(self.ctx, advert.capacity)
