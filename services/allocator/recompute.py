@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 
 from nats.js.kv import KeyValue
@@ -20,7 +21,7 @@ from partkeeper.bus import backoff
 from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
-from schemas import NodeCapacity, encode
+from schemas import Claim, NodeCapacity, encode
 from schemas.names import capacity_key, claims_prefix
 from services.allocator import slices
 from services.allocator.advertise import advertise, same
@@ -85,7 +86,7 @@ class Recompute:
                            slices.limiter_view(self.ctx))
         for resource, health in advert.health.items():
             self.boards[resource].post(health)
-        _record_metrics(self.ctx, advert.capacity)
+        _record_metrics(self.ctx, advert.capacity, snap.claims)
         await self._publish(advert.capacity)
         return True
 
@@ -130,12 +131,20 @@ class Recompute:
         self.published = doc
 
 
-def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:
+CLAIM_STATES = ("creating", "active", "releasing")
+
+
+def _record_metrics(ctx: Context, doc: NodeCapacity, claims: list[Claim]) -> None:
     for resource, cap in doc.resources.items():
         metrics.CAPACITY.labels(resource, "healthy").set(cap.healthy)
         metrics.CAPACITY.labels(resource, "unhealthy").set(cap.unhealthy)
+    counts: Counter[tuple[str, str]] = Counter((c.profile, str(c.state)) for c in claims)
     for offer in ctx.offers.values():
         metrics.FREE_PLACEMENTS.labels(offer.profile).set(doc.resources[offer.resource].free)
+        for state in CLAIM_STATES:  # every pair, so a count that drops to 0 says 0
+            metrics.CLAIMS.labels(offer.profile, state).set(counts[(offer.profile, state)])
+    found = ctx.limiter
+    metrics.SLICE_LIMITER.labels(found.name, "true" if found.enforced else "false").set(1)
 
 
 async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from allocator.allocator_harness import FAST, SLICED, node_stack, until
+from prometheus_client import REGISTRY
 
 from partkeeper import limiter
 from partkeeper.config import Config
@@ -86,6 +87,10 @@ async def test_hami_core_reply_carries_its_documented_env_and_mounts(
             return view is not None and view.enforced and view.name == "hami-core"
 
         await until(reported, "the capacity document says the slices are enforced")
+        assert REGISTRY.get_sample_value(
+            "partkeeper_slice_limiter_info", {"limiter": "hami-core", "enforced": "true"}) == 1
+        assert REGISTRY.get_sample_value(
+            "partkeeper_claimed_instances", {"profile": "sliced", "state": "active"}) == 2
 
 
 async def test_hami_core_cdi_spec_carries_the_same_edits(nc, js, node, tmp_path) -> None:
