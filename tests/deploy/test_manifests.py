@@ -196,7 +196,7 @@ def test_rbac_grants_only_what_is_used(base: list[dict[str, Any]]) -> None:
         for verb in rule["verbs"]
     }
     assert grants == {("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-                      ("", "events", "create")}
+                      ("", "events", "create"), ("", "nodes", "patch")}
 
 
 def _settings(docs: list[dict[str, Any]]) -> dict[str, Any]:

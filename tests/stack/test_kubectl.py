@@ -167,6 +167,12 @@ async def test_the_node_is_registered_with_its_device_plugin_resources(up: Up) -
     assert status["capacity"][RESOURCE] == status["allocatable"][RESOURCE] == "14"
     assert status["capacity"]["nvidia.com/gpu.sliced"] == "4"
 
+    async def labelled() -> bool:  # the watcher's note: no limiter in the embedded stack
+        header, rows = table(await ok(up, "get", "nodes", "-L", "partkeeper.io/slices-enforced"))
+        return header[-1] == "SLICES-ENFORCED" and rows[0][-1] == "false"
+
+    await until(labelled, "the Node says its slices are not enforced", DEADLINE)
+
 
 async def test_allocatable_follows_the_tokens_health(up: Up) -> None:
     """A partition whose Pod is gone but whose destroy is refused (busy) keeps its token
