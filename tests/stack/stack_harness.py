@@ -42,11 +42,12 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
 class Up:
     """`partkeeper up --workdir DIR` in the background, its output read line by line."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, env: Mapping[str, str] | None = None,
+                 args: Sequence[str] = ()) -> None:
         self.workdir = workdir
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            partkeeper("up", "--workdir", str(workdir)), stdout=subprocess.PIPE,
+            partkeeper("up", "--workdir", str(workdir), *args), stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
         )
 

@@ -196,3 +196,24 @@ async def test_allocatable_follows_the_tokens_health(up: Up) -> None:
         await asyncio.to_thread(run_cli, [*busy, "--off"])
     await until(lambda: counted(("14", "14")), "allocatable back once the partition is gone",
                 DEADLINE)
+
+
+async def test_get_resourceslices_in_dra_mode() -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    with short_workdir() as workdir:
+        dra = Up(workdir, args=("--mode", "dra"))
+        try:
+            await asyncio.to_thread(dra.wait_for_line, READY_LINE, READY_DEADLINE)
+
+            async def published() -> bool:
+                return len(table(await ok(dra, "get", "resourceslices"))[1]) >= 2
+
+            await until(published, "the allocator's ResourceSlices listed", DEADLINE)
+            header, rows = table(await ok(dra, "get", "resourceslices"))
+            assert header == ["NAME", "NODE", "DRIVER", "POOL", "AGE"]
+            assert {(r[1], r[2]) for r in rows} == {(NODE, "partitions.partkeeper.io")}
+            header, rows = table(await ok(dra, "get", "nodes"))
+            assert rows[0][:2] == [NODE, "Ready"]  # the DRA kubelet registers its Node too
+        finally:
+            await asyncio.to_thread(dra.kill)

@@ -164,6 +164,19 @@ class NodeStatus:
                 await asyncio.sleep(wait)
 
 
+class NoDevices:
+    """A kubelet without device plugins (DRA mode): the Node has no extended resources."""
+
+    registrations: list[Any] = []
+
+    def devices(self, resource: str) -> dict[str, str]:
+        return {}
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
+        await asyncio.sleep(timeout)
+        raise TimeoutError
+
+
 @contextlib.asynccontextmanager
 async def node_status(name: str, kubeconfig: Path | str, kubelet: Devices,
                       period: float = 10.0) -> AsyncIterator[NodeStatus]:
