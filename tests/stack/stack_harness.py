@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,18 @@ class Up:
             name, _, value = line.removeprefix("export ").partition("=")
             found[name] = value.strip("'")
         return found
+
+
+@contextlib.contextmanager
+def up_ready(*args: str) -> Iterator[Up]:
+    """`partkeeper up [args]` in a fresh workdir, once it says it is ready; stopped after."""
+    with short_workdir() as workdir:
+        running = Up(workdir, args=args)
+        try:
+            running.wait_for_line(READY_LINE, READY_DEADLINE)
+            yield running
+        finally:
+            running.kill()
 
 
 def recorded_children(workdir: Path) -> dict[str, dict[str, Any]]:

@@ -20,11 +20,10 @@ from typing import Any
 import pytest
 from stack.stack_harness import (
     READY_DEADLINE,
-    READY_LINE,
     STOP_DEADLINE,
     Up,
     run_cli,
-    short_workdir,
+    up_ready,
 )
 
 from tests_support import until
@@ -55,13 +54,8 @@ spec:
 def up() -> Iterator[Up]:
     if KUBECTL is None:
         pytest.skip("kubectl is not installed")
-    with short_workdir() as workdir:
-        running = Up(workdir)
-        try:
-            running.wait_for_line(READY_LINE, READY_DEADLINE)
-            yield running
-        finally:
-            running.kill()
+    with up_ready() as running:
+        yield running
 
 
 def _kubectl(up: Up, args: tuple[str, ...], stdin: str | None) -> subprocess.CompletedProcess[str]:
@@ -201,19 +195,14 @@ async def test_allocatable_follows_the_tokens_health(up: Up) -> None:
 async def test_get_resourceslices_in_dra_mode() -> None:
     if KUBECTL is None:
         pytest.skip("kubectl is not installed")
-    with short_workdir() as workdir:
-        dra = Up(workdir, args=("--mode", "dra"))
-        try:
-            await asyncio.to_thread(dra.wait_for_line, READY_LINE, READY_DEADLINE)
+    with up_ready("--mode", "dra") as dra:
 
-            async def published() -> bool:
-                return len(table(await ok(dra, "get", "resourceslices"))[1]) >= 2
+        async def published() -> bool:
+            return len(table(await ok(dra, "get", "resourceslices"))[1]) >= 2
 
-            await until(published, "the allocator's ResourceSlices listed", DEADLINE)
-            header, rows = table(await ok(dra, "get", "resourceslices"))
-            assert header == ["NAME", "NODE", "DRIVER", "POOL", "AGE"]
-            assert {(r[1], r[2]) for r in rows} == {(NODE, "partitions.partkeeper.io")}
-            header, rows = table(await ok(dra, "get", "nodes"))
-            assert rows[0][:2] == [NODE, "Ready"]  # the DRA kubelet registers its Node too
-        finally:
-            await asyncio.to_thread(dra.kill)
+        await until(published, "the allocator's ResourceSlices listed", DEADLINE)
+        header, rows = table(await ok(dra, "get", "resourceslices"))
+        assert header == ["NAME", "NODE", "DRIVER", "POOL", "AGE"]
+        assert {(r[1], r[2]) for r in rows} == {(NODE, "partitions.partkeeper.io")}
+        header, rows = table(await ok(dra, "get", "nodes"))
+        assert rows[0][:2] == [NODE, "Ready"]  # the DRA kubelet registers its Node too
