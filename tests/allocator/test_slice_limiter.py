@@ -25,12 +25,15 @@ from prometheus_client import REGISTRY
 
 from partkeeper import limiter
 from partkeeper.config import Config
+from partkeeper.drivers.base import Card
 from partkeeper.errors import StartupError
 from partkeeper.stack.status import build, render
 from partkeeper.workdir import sliced_dir
 from schemas import NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
+from services.allocator import slices
 from services.allocator.main import serve
+from tests_support import make_claim
 
 MIB_A100 = 40 * 1024  # the sim's A100-40GB
 
@@ -173,3 +176,32 @@ def test_probe_reports_whether_the_limiter_files_are_present(tmp_path) -> None:
     assert "NOT enforced" in str(found["line"])
     none = limiter.report(Config(slice_limiter="none"))
     assert none["files"] == {} and "PK_SLICE_LIMITER=none" in str(none["line"])
+
+
+def test_a_capacity_document_from_before_the_limiter_key_reads_as_unknown() -> None:
+    """Upgrades: an allocator of the previous version wrote no `slice_limiter`; status reads
+    its document and says the enforcement is unknown rather than guessing."""
+    old = b'{"type": "NodeCapacity", "v": 1, "node": "n", "at": 1.0, "cards": [{"index": 0, ' \
+          b'"uuid": "GPU-0", "model": "A100-40GB", "mode": "sliced"}]}'
+    capacity = decode(old, NodeCapacity, what="capacity")
+    assert capacity.slice_limiter is None
+    status = build("n", capacity, {}, {})
+    assert status["slice_limiter"] is None
+    assert "slices: enforcement unknown" in render(status)
+
+
+def test_hami_core_limits_each_card_in_the_containers_device_order(tmp_path) -> None:
+    """Slices on two cards: `CUDA_DEVICE_MEMORY_LIMIT_<i>` per card in card index order (the
+    order NVIDIA_VISIBLE_DEVICES lists them), one SM limit, the smaller share."""
+    cards = {1: Card(1, "GPU-b", "A100-40GB", "sliced", 40960),
+             3: Card(3, "GPU-a", "A100-40GB", "sliced", 40960)}
+    claims = [make_claim("c1", 0, 1, card=3), make_claim("c2", 0, 1, card=1),
+              make_claim("c3", 1, 1, card=3)]
+    shares = slices.per_card(claims, cards, 4)
+    assert [(s.memory_mib, s.compute_percent) for s in shares] == [(10240, 25), (20480, 50)]
+    edits = limiter.hami_edits([s.memory_mib for s in shares],
+                               min(s.compute_percent for s in shares), tmp_path, "/c")
+    assert dict(edits.env) == {"CUDA_DEVICE_MEMORY_LIMIT_0": "10240m",
+                               "CUDA_DEVICE_MEMORY_LIMIT_1": "20480m",
+                               "CUDA_DEVICE_SM_LIMIT": "25",
+                               "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/c/vgpu.cache"}
