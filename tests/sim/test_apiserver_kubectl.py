@@ -133,3 +133,17 @@ def test_node_capacity_counts_every_device_and_allocatable_the_healthy() -> None
     before = {"nvidia.com/mig-1g.10gb": "2", "cpu": "8"}
     assert resources(gone, before) == ({"nvidia.com/mig-1g.10gb": "0"},  # type: ignore[arg-type]
                                        {"nvidia.com/mig-1g.10gb": "0"})
+
+
+def test_a_watch_list_request_is_refused_as_a_1_30_server_refuses_it() -> None:
+    """client-go 1.35+ asks for initial events; the refusal makes its reflector fall back to
+    LIST then WATCH (a server that ignored the parameters would leave it waiting)."""
+    from partkeeper.sim.apiserver import watchlist
+
+    asked = {"watch": "true", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
+             "allowWatchBookmarks": "true"}
+    said = watchlist.refusal(asked)
+    assert said is not None and said.startswith('ListOptions.meta.k8s.io "" is invalid: [')
+    assert "sendInitialEvents is forbidden for watch unless the WatchList feature gate" in said
+    assert watchlist.refusal({"watch": "true", "resourceVersion": "5"}) is None
+    assert watchlist.refusal({"resourceVersionMatch": "NotOlderThan"}) is None  # a LIST
