@@ -81,6 +81,8 @@ async def test_hami_core_reply_carries_its_documented_env_and_mounts(
         host_cache, read_only = mounts[parent]
         host = sliced_dir(n.config.pods_dir, a, "main")
         assert (Path(host_cache), read_only) == (host / "cache", False)
+        # Any container user can create the cache file (HAMi makes its cache dir 0777).
+        assert stat.S_IMODE((host / "cache").stat().st_mode) == 0o777
         assert env["PK_SLICE_LIMITER"] == "hami-core" and env["PK_SLICE_ENFORCED"] == "true"
         limits = json.loads((host / "limits.json").read_bytes())
         assert (limits["limiter"], limits["enforced"]) == ("hami-core", True)
