@@ -107,13 +107,14 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load()
         driver = open_driver(config)
-        view = {**gather(driver), "slice_limiter": limiter.report(config)}
+        view = gather(driver)
     except LibraryMissing as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_NO_LIBRARY
     except (ConfigError, DriverError) as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_READ_FAILED
+    view["slice_limiter"] = limiter.report(config)  # whether the slice limiter's files are there
     if args.json:
         print(json.dumps(view, indent=2))
     else:
