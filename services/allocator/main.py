@@ -83,15 +83,11 @@ def room_waited(config: Config, options: Options) -> Options:
 
 
 async def _build(config: Config, nc: Client, options: Options) -> Parts:
-    found = await asyncio.to_thread(limiter.check, config)  # before anything is served
-    if found.name == limiter.HAMI_CORE:
-        await asyncio.to_thread(limiter.ensure_lock_dir, options.limiter_lock_dir)
-    log.info("%s", found.sentence(), extra={"slice_limiter": found.name,
-                                             "slices_enforced": found.enforced})
     driver = options.driver
     if driver is None:
         driver = await asyncio.to_thread(open_driver, config)
     cards = await _cards(driver)
+    found = await asyncio.to_thread(_limiter, config, options, cards)  # before anything serves
     js = nc.jetstream()
     claims = await Bucket.open(js, BUCKET_CLAIMS)
     claims_kv = claims.kv
@@ -138,6 +134,23 @@ async def _start(parts: Parts, life: Lifecycle) -> None:
         await _serve_first(server)
     life.spawn("registration", parts.registrar.run())
     life.spawn("hardware poll", parts.recompute.poll_hardware())
+
+
+def _limiter(config: Config, options: Options, cards: tuple[Card, ...]) -> limiter.LimiterState:
+    """Who enforces this node's slices. A configured limiter whose files are missing stops the
+    start on a node with sliced cards; a node without any (the same ConfigMap on a MIG-only
+    node) has nothing to enforce and starts."""
+    if not any(card.mode == "sliced" for card in cards):
+        found = limiter.state(config)
+        log.info("no sliced card on this node; PK_SLICE_LIMITER=%s has nothing to enforce",
+                 found.name, extra={"slice_limiter": found.name})
+        return found
+    found = limiter.check(config)
+    if found.name == limiter.HAMI_CORE:
+        limiter.ensure_lock_dir(options.limiter_lock_dir)
+    log.info("%s", found.sentence(), extra={"slice_limiter": found.name,
+                                             "slices_enforced": found.enforced})
+    return found
 
 
 async def _serve_first(server: PluginServer) -> None:

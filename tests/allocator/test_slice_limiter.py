@@ -26,6 +26,7 @@ from prometheus_client import REGISTRY
 from partkeeper import limiter
 from partkeeper.config import Config
 from partkeeper.drivers.base import Card
+from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.errors import StartupError
 from partkeeper.stack.status import build, render
 from partkeeper.workdir import sliced_dir
@@ -131,10 +132,13 @@ async def test_missing_limiter_files_refuse_the_start(nc, node, tmp_path, absent
     for name in ("libvgpu.so", "ld.so.preload"):
         if absent in (name, "both"):
             (lib / name).unlink()
-    config = Config(node=node, slice_limiter="hami-core", slice_limiter_dir=lib,
-                    kubelet_dir=tmp_path / "dp", pods_dir=tmp_path / "pods")
+    state = tmp_path / "sim.json"
+    init_state(state, ["H100-80GB"], ["A100-40GB"])
+    config = Config(node=node, slice_limiter="hami-core", slice_limiter_dir=lib, driver="sim",
+                    sim_state=state, kubelet_dir=tmp_path / "dp", pods_dir=tmp_path / "pods")
+    options = replace(FAST, limiter_lock_dir=tmp_path / "lock", driver=SimDriver(state))
     with pytest.raises(StartupError) as caught:
-        await serve(config, nc, options=replace(FAST, limiter_lock_dir=tmp_path / "lock"))
+        await serve(config, nc, options=options)
     message = str(caught.value)
     assert "\n" not in message and message.count(". ") == 0  # one sentence
     for name in ("libvgpu.so", "ld.so.preload"):
@@ -207,3 +211,14 @@ def test_hami_core_limits_each_card_in_the_containers_device_order(tmp_path) -> 
                                "CUDA_DEVICE_MEMORY_LIMIT_1": "20480m",
                                "CUDA_DEVICE_SM_LIMIT": "25",
                                "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/c/vgpu.cache"}
+
+
+async def test_a_node_without_sliced_cards_starts_without_the_limiters_files(
+    nc, js, node, tmp_path
+) -> None:
+    """The same ConfigMap on a MIG-only node: nothing to enforce, so no refusal."""
+    settings = {"slice_limiter": "hami-core", "slice_limiter_dir": tmp_path / "absent"}
+    options = replace(FAST, limiter_lock_dir=tmp_path / "lock")
+    async with node_stack(nc, node, settings=settings, options=options) as n:
+        assert n.healthy("nvidia.com/mig-1g.10gb") > 0
+    assert not (tmp_path / "lock").exists()
