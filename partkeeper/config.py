@@ -216,8 +216,8 @@ class Config:
     slice_limiter_dir: Path = setting(
         "PK_SLICE_LIMITER_DIR",
         "`hami-core`: the host dir holding `libvgpu.so` and `ld.so.preload` (HAMi's "
-        "`$HOOK_PATH/vgpu`), mounted at the same path into the allocator; the allocator refuses "
-        "to start when they are missing", path, Path("/usr/local/vgpu"))
+        "`$HOOK_PATH/vgpu`), mounted at the same path into the allocator, which does not start "
+        "on a node with sliced cards when they are missing", path, Path("/usr/local/vgpu"))
     resource_prefix: str = setting(
         "PK_RESOURCE_PREFIX", "prefix of the per-profile resources", text, "nvidia.com/mig-",
         shown="per driver: `nvidia.com/mig-`; `alibabacloud.com/ppu.partitioned.mig-` (hgml); "
