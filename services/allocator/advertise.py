@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas import Claim, NodeCapacity
-from schemas.documents import CardView, InstanceView, ResourceCapacity, SliceLimiterView
+from schemas.documents import CardView, InstanceView, ResourceCapacity
 from services.allocator import capacity, tokens
 from services.allocator.catalog import Offer
 from services.allocator.snapshot import Snapshot
@@ -23,11 +23,7 @@ class Advert:
     capacity: NodeCapacity
 
 
-def advertise(
-    offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float,
-    limiter: SliceLimiterView | None = None,
-) -> Advert:
-    """`limiter`: who enforces the logical slices, carried into the document for `status`."""
+def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float) -> Advert:
     claims = snap.claims
     instances = snap.all_instances
     health: dict[str, dict[str, bool]] = {}
@@ -48,7 +44,6 @@ def advertise(
         resources=resources,
         free_per_card={str(card): free for card, free in sorted(per_card.items())},
         cards=[_card_view(snap, index, per_card.get(index, {})) for index in sorted(snap.cards)],
-        slice_limiter=limiter,
     )
     return Advert(health, doc)
 

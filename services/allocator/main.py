@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from partkeeper import limiter, runtime
+from partkeeper import runtime
 from partkeeper.bus import backoff
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
@@ -65,6 +65,7 @@ async def serve(
         await dra_main.serve(config, nc, ready=ready, options=options)
         return
     parts = await _build(config, nc, options)
+    await asyncio.to_thread(parts.ctx.find_limiter)  # may refuse the start: before anything serves
     async with Lifecycle("allocator") as life:
         life.on_stop("the pod-resources client", parts.ctx.podres.close)
         await _start(parts, life)
@@ -87,7 +88,6 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
     if driver is None:
         driver = await asyncio.to_thread(open_driver, config)
     cards = await _cards(driver)
-    found = await asyncio.to_thread(_limiter, config, options, cards)  # before anything serves
     js = nc.jetstream()
     claims = await Bucket.open(js, BUCKET_CLAIMS)
     claims_kv = claims.kv
@@ -100,7 +100,6 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
                               slices_per_card=config.slices_per_card),
         pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
         changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
-        limiter=found,
     )
     allocator = Allocator(ctx)
     boards = {resource: Board(offer.tokens) for resource, offer in ctx.offers.items()}
@@ -134,23 +133,6 @@ async def _start(parts: Parts, life: Lifecycle) -> None:
         await _serve_first(server)
     life.spawn("registration", parts.registrar.run())
     life.spawn("hardware poll", parts.recompute.poll_hardware())
-
-
-def _limiter(config: Config, options: Options, cards: tuple[Card, ...]) -> limiter.LimiterState:
-    """Who enforces this node's slices. A configured limiter whose files are missing stops the
-    start on a node with sliced cards; a node without any (the same ConfigMap on a MIG-only
-    node) has nothing to enforce and starts."""
-    if not any(card.mode == "sliced" for card in cards):
-        found = limiter.state(config)
-        log.info("no sliced card on this node; PK_SLICE_LIMITER=%s has nothing to enforce",
-                 found.name, extra={"slice_limiter": found.name})
-        return found
-    found = limiter.check(config)
-    if found.name == limiter.HAMI_CORE:
-        limiter.ensure_lock_dir(options.limiter_lock_dir)
-    log.info("%s", found.sentence(), extra={"slice_limiter": found.name,
-                                             "slices_enforced": found.enforced})
-    return found
 
 
 async def _serve_first(server: PluginServer) -> None:

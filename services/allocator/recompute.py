@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 
+import msgspec
 from nats.js.kv import KeyValue
 
 from partkeeper.bus import backoff
@@ -81,12 +82,12 @@ class Recompute:
             asyncio.get_running_loop().call_later(wait, self.ctx.changes.touch)
             return False
         self.failures = 0
+        _record_claims(self.ctx, snap.claims)
         self.advertised = snap.instances
-        advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time(),
-                           slices.limiter_view(self.ctx))
+        advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
             self.boards[resource].post(health)
-        _record_metrics(self.ctx, advert.capacity, snap.claims)
+        _record_metrics(self.ctx, advert.capacity)
         await self._publish(advert.capacity)
         return True
 
@@ -120,6 +121,8 @@ class Recompute:
             await asyncio.sleep(self.ctx.options.hardware_poll_seconds)
 
     async def _publish(self, doc: NodeCapacity) -> None:
+        # Who enforces the slices, for `partkeeper status` (set at start, partkeeper.limiter).
+        doc = msgspec.structs.replace(doc, slice_limiter=slices.limiter_view(self.ctx))
         if same(doc, self.published):
             return
         try:
@@ -134,17 +137,23 @@ class Recompute:
 CLAIM_STATES = ("creating", "active", "releasing")
 
 
-def _record_metrics(ctx: Context, doc: NodeCapacity, claims: list[Claim]) -> None:
-    for resource, cap in doc.resources.items():
-        metrics.CAPACITY.labels(resource, "healthy").set(cap.healthy)
-        metrics.CAPACITY.labels(resource, "unhealthy").set(cap.unhealthy)
+def _record_claims(ctx: Context, claims: list[Claim]) -> None:
+    """Claims by profile and state, every pair (a count that drops to 0 says 0), and who
+    enforces the slices."""
     counts: Counter[tuple[str, str]] = Counter((c.profile, str(c.state)) for c in claims)
     for offer in ctx.offers.values():
-        metrics.FREE_PLACEMENTS.labels(offer.profile).set(doc.resources[offer.resource].free)
-        for state in CLAIM_STATES:  # every pair, so a count that drops to 0 says 0
+        for state in CLAIM_STATES:
             metrics.CLAIMS.labels(offer.profile, state).set(counts[(offer.profile, state)])
     found = ctx.limiter
     metrics.SLICE_LIMITER.labels(found.name, "true" if found.enforced else "false").set(1)
+
+
+def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:
+    for resource, cap in doc.resources.items():
+        metrics.CAPACITY.labels(resource, "healthy").set(cap.healthy)
+        metrics.CAPACITY.labels(resource, "unhealthy").set(cap.unhealthy)
+    for offer in ctx.offers.values():
+        metrics.FREE_PLACEMENTS.labels(offer.profile).set(doc.resources[offer.resource].free)
 
 
 async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None:
