@@ -79,7 +79,8 @@ def gather(driver: Driver) -> dict[str, Any]:
                 "" if known or card.mode == "sliced" else "model not in the built-in tables"),
             "instances": _instances(driver, card),
         })
-    return {"driver": driver.name, "cards": cards}
+    # Whether the slice limiter's files are there (PK_SLICE_LIMITER, read here as at a start).
+    return {"driver": driver.name, "cards": cards, "slice_limiter": limiter.report(load())}
 
 
 def render(view: dict[str, Any]) -> None:
@@ -114,7 +115,6 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, DriverError) as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
         return EXIT_READ_FAILED
-    view["slice_limiter"] = limiter.report(config)  # whether the slice limiter's files are there
     if args.json:
         print(json.dumps(view, indent=2))
     else:

@@ -95,8 +95,9 @@ async def test_hami_core_reply_carries_its_documented_env_and_mounts(
         await until(reported, "the capacity document says the slices are enforced")
         assert REGISTRY.get_sample_value(
             "partkeeper_slice_limiter_info", {"limiter": "hami-core", "enforced": "true"}) == 1
-        assert REGISTRY.get_sample_value(
-            "partkeeper_claimed_instances", {"profile": "sliced", "state": "active"}) == 2
+        await until(lambda: REGISTRY.get_sample_value(  # the pass after the activation
+            "partkeeper_claimed_instances", {"profile": "sliced", "state": "active"}) == 2,
+            "the claims gauge counts the two active slices")
 
 
 async def test_hami_core_cdi_spec_carries_the_same_edits(nc, js, node, tmp_path) -> None:
