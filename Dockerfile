@@ -6,7 +6,7 @@
 FROM python:3.11-slim AS build
 ARG EXTRAS=""
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY partkeeper ./partkeeper
 COPY schemas ./schemas
 COPY services ./services

@@ -208,6 +208,16 @@ class Config:
         integer(minimum=1), 1, shown="`1` (3 in `deploy/`)")
     slices_per_card: int = setting(
         "PK_SLICES_PER_CARD", "logical slices offered per sliced card", integer(minimum=1), 4)
+    slice_limiter: Literal["none", "hami-core"] = setting(
+        "PK_SLICE_LIMITER",
+        "who enforces logical slices: `none` (slices are handed out and reported as unenforced "
+        "everywhere) or `hami-core` (HAMi-core's `libvgpu.so` preloaded into the container; see "
+        "[operations.md](operations.md), Slice limiter)", choice("none", "hami-core"), "none")
+    slice_limiter_dir: Path = setting(
+        "PK_SLICE_LIMITER_DIR",
+        "`hami-core`: the host dir holding `libvgpu.so` and `ld.so.preload` (HAMi's "
+        "`$HOOK_PATH/vgpu`), mounted at the same path into the allocator, which does not start "
+        "on a node with sliced cards when they are missing", path, Path("/usr/local/vgpu"))
     resource_prefix: str = setting(
         "PK_RESOURCE_PREFIX", "prefix of the per-profile resources", text, "nvidia.com/mig-",
         shown="per driver: `nvidia.com/mig-`; `alibabacloud.com/ppu.partitioned.mig-` (hgml); "

@@ -113,6 +113,15 @@ class CardView(msgspec.Struct, frozen=True, kw_only=True):
     pending_reclaims: int = 0  # claims releasing, or held by Pods confirmed gone/finished
 
 
+class SliceLimiterView(msgspec.Struct, frozen=True, kw_only=True):
+    """Who enforces the node's logical slices (`PK_SLICE_LIMITER`), as the allocator found it."""
+
+    name: str  # "none" or "hami-core"
+    enforced: bool  # a limiter is configured and its files were present at start
+    dir: str = ""  # the host dir of its files
+    missing: list[str] = []
+
+
 class NodeCapacity(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="NodeCapacity"):
     """What the allocator advertises per resource, and its view of every card (for status)."""
 
@@ -122,3 +131,5 @@ class NodeCapacity(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", 
     resources: dict[str, ResourceCapacity] = {}
     free_per_card: dict[str, dict[str, int]] = {}
     cards: list[CardView] = []
+    # None: written by an allocator from before the limiter was reported (read as unknown).
+    slice_limiter: SliceLimiterView | None = None

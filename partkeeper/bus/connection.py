@@ -9,6 +9,7 @@ import nats
 from nats.aio.client import Client
 
 from partkeeper.config import Config
+from partkeeper.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,11 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
         log.warning("nats connection error: %s", exc)
 
     async def on_disconnect() -> None:
+        metrics.NATS_CONNECTIONS.set(0)
         log.warning("nats disconnected; reconnecting")
 
     async def on_reconnect() -> None:
+        metrics.NATS_CONNECTIONS.set(1)
         log.info("nats reconnected")
 
     options: dict[str, Any] = {
@@ -48,7 +51,9 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
         "disconnected_cb": on_disconnect,
         "reconnected_cb": on_reconnect,
     }
-    return await nats.connect(**options, **credentials(config))
+    nc = await nats.connect(**options, **credentials(config))
+    metrics.NATS_CONNECTIONS.set(1)
+    return nc
 
 
 def credentials(config: Config) -> dict[str, Any]:

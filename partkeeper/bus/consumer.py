@@ -35,7 +35,7 @@ from partkeeper.bus import backoff
 from partkeeper.lifecycle import cancel_all, honour_cancel
 from partkeeper.telemetry import metrics, tracing
 from schemas import SchemaError
-from schemas.names import CONSUMER, ConsumerSpec
+from schemas.names import CONSUMER, STREAM_DLQ, ConsumerSpec
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -175,15 +175,23 @@ class ConsumerRunner(Generic[T]):
 
     async def _report_lag(self) -> None:
         gauge = metrics.CONSUMER_LAG.labels(consumer=self.durable)
+        depth = metrics.DEAD_LETTER_DEPTH.labels(subject=self.dlq_subject)
         while True:
-            try:
-                gauge.set(await self.lag())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a metric must never stop the consumer
-                log.debug("consumer lag of %s unavailable: %s", self.durable, _say(exc))
+            for what, read, into in (("consumer lag", self.lag, gauge),
+                                     ("dead-letter depth", self.dlq_depth, depth)):
+                try:
+                    into.set(await read())
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a metric must never stop the consumer
+                    log.debug("%s of %s unavailable: %s", what, self.durable, _say(exc))
             honour_cancel()
             await asyncio.sleep(self.lag_every)
+
+    async def dlq_depth(self) -> int:
+        """Messages held in PK_DLQ under this consumer's dead-letter subject."""
+        info = await self.js.stream_info(STREAM_DLQ, subjects_filter=self.dlq_subject)
+        return sum((info.state.subjects or {}).values())
 
     async def lag(self) -> int:
         """Messages not yet delivered to this consumer (for the consumer-lag metric)."""
@@ -192,6 +200,8 @@ class ConsumerRunner(Generic[T]):
 
     async def process(self, msg: Msg) -> None:
         attempt = msg.metadata.num_delivered
+        if attempt > 1:
+            metrics.REDELIVERIES.labels(consumer=self.durable).inc()
         if attempt > self.spec.max_deliver:
             await self._dead_letter(msg, f"gave up after {attempt - 1} deliveries", attempt)
             return

@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from partkeeper import limiter
 from partkeeper.config import ConfigError, load
 from partkeeper.drivers import DriverError, open_driver, profiles
 from partkeeper.drivers.base import Card, Driver, LibraryMissing, ReadError
@@ -82,7 +83,8 @@ def gather(driver: Driver) -> dict[str, Any]:
                 "" if known or card.mode == "sliced" else "model not in the built-in tables"),
             "instances": _instances(driver, card),
         })
-    return {"driver": driver.name, "cards": cards}
+    # Whether the slice limiter's files are there (PK_SLICE_LIMITER, read here as at a start).
+    return {"driver": driver.name, "cards": cards, "slice_limiter": limiter.report(load())}
 
 
 def profile_lines(shown: list[dict[str, Any]]) -> list[str]:
@@ -101,6 +103,8 @@ def profile_lines(shown: list[dict[str, Any]]) -> list[str]:
 
 def render(view: dict[str, Any]) -> None:
     print(f"driver {view['driver']}: {len(view['cards'])} card(s)")
+    if "slice_limiter" in view:
+        print(view["slice_limiter"]["line"])
     for card in view["cards"]:
         mig = card["mig"]
         mode = "no MIG" if mig is None else f"MIG current {'on' if mig['current'] else 'off'}, " \

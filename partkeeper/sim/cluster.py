@@ -201,6 +201,7 @@ async def serve(options: ClusterOptions, stop: asyncio.Event, notifier: Notifier
     from partkeeper.sim.apiserver import ApiServer, write_kubeconfig
     from partkeeper.sim.kubelet.cluster import ClusterPodSource
     from partkeeper.sim.kubelet.kubelet import SimKubelet
+    from partkeeper.sim.kubelet.node import node_status
 
     paths = options.paths
     created = await asyncio.to_thread(ensure_state, paths.sim_state, options.cards, options.sliced)
@@ -220,7 +221,7 @@ async def serve(options: ClusterOptions, stop: asyncio.Event, notifier: Notifier
             pod_resources_socket=paths.pod_resources_socket,
             termination_delay=options.termination_delay,
         )
-        async with kubelet:
+        async with kubelet, node_status(options.node, paths.kubeconfig, kubelet):
             notifier.ready(_describe(options, url, kubelet.kubelet_socket))
             await stop.wait()
             log.info("simulated cluster stopping")

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from partkeeper.dra import DRIVER
 from partkeeper.sim.kubelet.cluster import ClusterPodSource
 from partkeeper.sim.kubelet.dra import DraKubelet
+from partkeeper.sim.kubelet.node import NoDevices, node_status
 from partkeeper.sim.scheduler.loop import DraScheduler
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ async def run(node: str, kubeconfig: Path, kubelet_root: Path, stop: asyncio.Eve
         scheduler = asyncio.create_task(DraScheduler(api_client, node).run(),
                                         name="sim scheduler")
         try:
-            async with kubelet:
+            async with kubelet, node_status(node, kubeconfig, NoDevices()):
                 await stop.wait()
         finally:
             scheduler.cancel()

@@ -21,6 +21,7 @@ from partkeeper.stack.launch import Stack
 from partkeeper.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
 from partkeeper.stack.probe import Probe
 from partkeeper.stack.scheduling import Scheduler, require
+from partkeeper.stack.status import limiter_line
 from partkeeper.stack.table import View
 from schemas import Claim
 
@@ -53,6 +54,7 @@ class Outcome:
     leaks: list[str]
     error: str | None
     seconds: float
+    slices: str = ""  # whether the logical slices were enforced, as status said
 
     @property
     def refused(self) -> list[PodTrack]:
@@ -72,6 +74,7 @@ class Demo:
     scheduler: Scheduler
     view: View
     foreign: Instance | None = None
+    slices: str = ""  # status's line on slice enforcement
     busy: BusyResult | None = None
     leaks: list[str] = field(default_factory=list)
     _serial: count[int] = field(default_factory=lambda: count(1))
@@ -103,6 +106,8 @@ async def check_empty(demo: Demo) -> None:
     require(not left and not claims,
             f"the demo needs empty cards, and {demo.stack.layout.cluster.sim_state} holds "
             f"{len(left)} instance(s) and {len(claims)} claim(s); use a fresh --workdir")
+    demo.slices = limiter_line((await demo.probe.status()).get("slice_limiter"))
+    demo.view.note(demo.slices)
 
 
 async def carve_foreign(demo: Demo) -> None:
@@ -234,6 +239,7 @@ async def verify(demo: Demo) -> None:
     extra = sorted(set(await demo.probe.instances()) - {foreign})
     status = await demo.probe.status()
     reported = {i["uuid"]: i for card in status["cards"] for i in card["instances"]}
+    demo.slices = limiter_line(status.get("slice_limiter"))
     demo.leaks += [f"claim {c.id} ({c.state}) of Pod {c.namespace}/{c.name}" for c in claims]
     demo.leaks += [f"instance {uuid} left on the cards" for uuid in extra]
     if foreign and not reported.get(foreign, {}).get("foreign"):
@@ -286,7 +292,7 @@ async def run(stack: Stack, view: View) -> Outcome:
         await observer.stop()
         kube.close()
     return Outcome(list(observer.pods.values()), len(observer.foreign_seen), demo.busy,
-                   demo.leaks, error, time.monotonic() - started)
+                   demo.leaks, error, time.monotonic() - started, demo.slices)
 
 
 async def track_reclaims(demo: Demo) -> None:

@@ -73,7 +73,30 @@ def build(
                 "pending_reclaims": card.pending_reclaims,
             }
         )
-    return {"node": node, "at": capacity.at, "services": services, "cards": cards}
+    return {"node": node, "at": capacity.at, "services": services, "cards": cards,
+            "slice_limiter": _limiter(capacity)}
+
+
+def _limiter(capacity: NodeCapacity) -> dict[str, Any] | None:
+    """Who enforces the logical slices; None when the allocator is older than this report."""
+    found = capacity.slice_limiter
+    if found is None:
+        return None
+    return {"name": found.name, "enforced": found.enforced, "dir": found.dir,
+            "missing": list(found.missing)}
+
+
+def limiter_line(found: dict[str, Any] | None) -> str:
+    """One line on slice enforcement, as status and the demo's summary print it. Pure."""
+    if found is None:
+        return "slices: enforcement unknown (the allocator does not report it)"
+    if found["enforced"]:
+        return f"slices enforced by {found['name']} (files in {found['dir']})"
+    if found["name"] == "none":
+        return ("slices NOT enforced: no slice limiter (PK_SLICE_LIMITER=none); a container can "
+                "use the whole card")
+    return (f"slices NOT enforced: {found['name']} is configured but "
+            f"{', '.join(found['missing'])} missing")
 
 
 async def gather(
@@ -138,6 +161,8 @@ def render(status: dict[str, Any]) -> str:
         lines.extend(_table(COLUMNS, _rows(card)))
         free = ", ".join(f"{p}: {n}" for p, n in sorted(card["free"].items())) or "none"
         lines.append(f"  free: {free}; pending reclaims: {card['pending_reclaims']}")
+    if any(card["mode"] == "sliced" for card in status["cards"]):
+        lines.append(limiter_line(status.get("slice_limiter")))
     return "\n".join(lines)
 
 

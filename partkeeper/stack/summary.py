@@ -65,6 +65,8 @@ def lines(outcome: Outcome) -> list[str]:
             f"{busy.destroyed_after_release * 1000:.0f}ms after release"
         out.append(f"  busy partition {busy.instance}: destroy refused {busy.refused_attempts}x "
                    f"while held {busy.held_seconds * 1000:.0f}ms; destroyed {after}")
+    if outcome.slices:
+        out.append(f"  {outcome.slices}")
     refills = [p for p in pods if p.refill_of]
     if refills:
         out.append(

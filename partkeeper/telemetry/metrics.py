@@ -56,6 +56,27 @@ CONSUMER_LAG = Gauge(
     "partkeeper_consumer_lag_messages", "Messages not yet delivered to a durable consumer",
     ["consumer"],
 )
+REDELIVERIES = Counter(
+    "partkeeper_redeliveries_total",
+    "Messages delivered again to a durable consumer (not acknowledged in time, or nak'd)",
+    ["consumer"],
+)
+DEAD_LETTER_DEPTH = Gauge(
+    "partkeeper_dead_letter_messages", "Messages held in PK_DLQ under a consumer's subject",
+    ["subject"],
+)
+NATS_CONNECTIONS = Gauge(
+    "partkeeper_nats_connections", "1 while the service's NATS connection is up, 0 while it "
+    "reconnects",
+)
+CLAIMS = Gauge(
+    "partkeeper_claimed_instances", "Claims in the store by profile (\"sliced\" for slices) and "
+    "state", ["profile", "state"],
+)
+SLICE_LIMITER = Gauge(
+    "partkeeper_slice_limiter_info", "Always 1; the labels say who enforces logical slices "
+    "(`limiter` none or hami-core) and whether it does (`enforced`)", ["limiter", "enforced"],
+)
 POD_EVENTS = Counter("partkeeper_pod_events_total", "Pod events published", ["type"])
 KUBE_EVENTS = Counter(
     "partkeeper_kube_events_total",

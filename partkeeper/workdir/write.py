@@ -32,6 +32,7 @@ from partkeeper.workdir.names import (
 # The GC may remove an empty Pod directory between our mkdir and our open; a few fresh walks
 # settle that race (it only happens for Pods already confirmed gone or finished).
 _WALK_ATTEMPTS = 3
+CACHE_MODE = 0o777  # a slice's cache dir: written by the container's processes
 
 T = TypeVar("T")
 
@@ -96,8 +97,10 @@ def write_sliced(
             fdops.write_atomic(sfd, MARK, mark_body(uid, container), sliced_path / MARK)
             for name, body in sorted(files.items()):
                 fdops.write_atomic(sfd, name, body, sliced_path / name)
-            with fdops.opened(r, sfd, cache_dir, sliced_path / cache_dir, create=True):
-                pass
+            with fdops.opened(r, sfd, cache_dir, sliced_path / cache_dir, create=True) as cfd:
+                # The container's processes write here whatever their user (HAMi-core's shared
+                # cache file): HAMi's device plugin makes its cache dir 0777 for the same reason.
+                os.fchmod(cfd, CACHE_MODE)
 
     _in_container(root, uid, container, work)
     return sliced_path

@@ -73,6 +73,6 @@ def _pending(claim: Claim, snap: Snapshot) -> bool:
 
 def same(a: NodeCapacity, b: NodeCapacity | None) -> bool:
     """Equal but for the time stamp: no need to publish again."""
-    return b is not None and (a.resources, a.free_per_card, a.cards) == (
-        b.resources, b.free_per_card, b.cards,
+    return b is not None and (a.resources, a.free_per_card, a.cards, a.slice_limiter) == (
+        b.resources, b.free_per_card, b.cards, b.slice_limiter,
     )

@@ -342,10 +342,7 @@ class Allocator:
     async def _respond(self, offer: Offer, claims: list[Claim]) -> pb.ContainerAllocateResponse:
         claims = reply.in_token_order(claims, offer.tokens)
         if offer.kind == "slice":
-            cards = {c.index: c for c in self.ctx.cards}
-            config = slices.config_for(claims, cards, self.ctx.config.slices_per_card)
-            edits = await handoff.card_edits(self.ctx, claims)
-            response = reply.slice_response(claims, config, self.ctx.config.pods_dir, edits)
+            response = await handoff.slice_reply(self.ctx, claims)
         else:
             await self._write_descriptors(claims)
             edits, cdi_names = await handoff.prepare(self.ctx, claims)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -11,9 +12,11 @@ from typing import Any, TypeVar
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from partkeeper import limiter
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver
+from partkeeper.limiter import NONE, LimiterState
 from services.allocator.catalog import Offer
 from services.allocator.changes import Changes
 from services.allocator.options import Options
@@ -21,6 +24,7 @@ from services.allocator.podresources import PodResources
 from services.allocator.podview import PodView
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,6 +40,8 @@ class Context:
     changes: Changes
     podres: PodResources
     options: Options = field(default_factory=Options)
+    # Who enforces logical slices, as found at start (partkeeper.limiter.check).
+    limiter: LimiterState = field(default_factory=lambda: LimiterState(NONE, enforced=False))
     # Serialises "plan, then write the creating claims" inside this process; across processes the
     # compare-and-set on each card's document does the same job.
     placing: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -49,6 +55,21 @@ class Context:
     @property
     def node(self) -> str:
         return self.config.node
+
+    def find_limiter(self) -> None:
+        """Who enforces this node's slices (blocking: a few stats). A configured limiter whose
+        files are missing refuses the start (StartupError) on a node with sliced cards; a node
+        without any (the same ConfigMap on a MIG-only node) has nothing to enforce and starts."""
+        if not any(card.mode == "sliced" for card in self.cards):
+            self.limiter = limiter.state(self.config)
+            log.info("no sliced card on this node; PK_SLICE_LIMITER=%s has nothing to enforce",
+                     self.limiter.name, extra={"slice_limiter": self.limiter.name})
+            return
+        self.limiter = limiter.check(self.config)
+        if self.limiter.name == limiter.HAMI_CORE:
+            limiter.ensure_lock_dir(self.options.limiter_lock_dir)
+        log.info("%s", self.limiter.sentence(), extra={
+            "slice_limiter": self.limiter.name, "slices_enforced": self.limiter.enforced})
 
     def card(self, index: int) -> Card:
         return next(c for c in self.cards if c.index == index)

@@ -9,6 +9,10 @@ With `PK_DEVICE_LIST_STRATEGY=cdi` each partition also gets a CDI spec in `PK_CD
 (partkeeper/cdi.py) carrying its own container edits, named by its claim id, returned in
 `cdi_devices`. Runs after the claims are active and the descriptors written; a retried Allocate
 writes the same bytes again.
+
+Logical slices (`slice_reply`): the cards' edits, the limits and the slice limiter's env and
+mounts (partkeeper/limiter.py); with the CDI strategy one spec per container, named by its first
+claim id, carrying the same edits (the reclaimer removes it with that claim).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import Sequence
 
 from partkeeper import cdi
 from partkeeper.drivers.base import ContainerEdits, DriverError
+from partkeeper.kubelet import deviceplugin_pb2 as pb
 from schemas import Claim
-from services.allocator import reply
+from services.allocator import reply, slices
 from services.allocator.context import Context
 from services.allocator.refusal import Refusal, Result
 
@@ -43,7 +48,7 @@ async def _edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
 
 async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
     """The driver's edits for the whole cards slice `claims` sit on (by card index, each once);
-    a refusal is a sentence. Slices get no CDI spec: the reply alone carries them."""
+    a refusal is a sentence."""
     cards = [ctx.card(index) for index in sorted({c.card for c in claims})]
     try:
         return await ctx.hardware(ctx.driver.card_edits, cards)
@@ -70,3 +75,27 @@ async def prepare(ctx: Context, claims: Sequence[Claim]) -> tuple[ContainerEdits
                           f"{claim.id}, active) is made but {exc}; kubelet may retry") from exc
         names.append(cdi.qualified(claim.id))
     return edits, names
+
+
+async def slice_reply(ctx: Context, claims: list[Claim]) -> pb.ContainerAllocateResponse:
+    """The reply of active slice `claims` (in token order), and their CDI spec where that
+    strategy is on; logs the Allocate's line saying whether the slices are enforced."""
+    config = slices.config_for(claims, {c.index: c for c in ctx.cards},
+                               ctx.config.slices_per_card, ctx.limiter)
+    edits = reply.slice_edits(claims, config, ctx.config.pods_dir, await card_edits(ctx, claims),
+                              slices.limiter_edits(ctx, claims))
+    names: list[str] = []
+    if ctx.config.device_list_strategy == "cdi":
+        first = claims[0]
+        spec = cdi.spec_for(first.id, "", edits, {})
+        spec["annotations"] = {f"{cdi.VENDOR}/card-uuids": ",".join(config.card_uuids),
+                               f"{cdi.VENDOR}/slice-limiter": config.limiter}
+        try:
+            await asyncio.to_thread(cdi.write_spec, ctx.config.cdi_dir, first.id, spec)
+        except cdi.CdiError as exc:
+            raise Refusal(Result.UNAVAILABLE, f"the slice(s) of claim(s) "
+                          f"{','.join(c.id for c in claims)} are set up but {exc}; kubelet may "
+                          "retry") from exc
+        names.append(cdi.qualified(first.id))
+    slices.log_handed_out(ctx, claims, config)
+    return reply.slice_response(edits, names)

@@ -57,6 +57,7 @@ async def serve(
         await dra_main.serve(config, nc, ready=ready, options=options)
         return
     parts = await _build(config, nc, options)
+    await asyncio.to_thread(parts.ctx.find_limiter)  # may refuse the start: before anything serves
     async with Lifecycle("allocator") as life:
         life.on_stop("the pod-resources client", parts.ctx.podres.close)
         await _start(parts, life)

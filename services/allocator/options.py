@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from partkeeper.bus import backoff
 from partkeeper.drivers import Driver
+from partkeeper.limiter import LOCK_DIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +34,5 @@ class Options:
     reclaim_timeout: float = 10.0  # how long reclaim.now may take to answer
     lookup: LookupPolicy = field(default_factory=LookupPolicy)
     driver: Driver | None = None  # an already opened driver (tests, the embedded stack)
+    # PK_SLICE_LIMITER=hami-core: HAMi-core's lock dir, made at start, mounted into containers.
+    limiter_lock_dir: Path = Path(LOCK_DIR)

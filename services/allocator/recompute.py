@@ -12,16 +12,19 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 
+import msgspec
 from nats.js.kv import KeyValue
 
 from partkeeper.bus import backoff
 from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
-from schemas import NodeCapacity, encode
+from schemas import Claim, NodeCapacity, encode
 from schemas.names import capacity_key, claims_prefix
+from services.allocator import slices
 from services.allocator.advertise import advertise, same
 from services.allocator.context import Context
 from services.allocator.plugin import Board
@@ -79,6 +82,7 @@ class Recompute:
             asyncio.get_running_loop().call_later(wait, self.ctx.changes.touch)
             return False
         self.failures = 0
+        _record_claims(self.ctx, snap.claims)
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
@@ -119,6 +123,8 @@ class Recompute:
             await asyncio.sleep(self.ctx.options.hardware_poll_seconds)
 
     async def _publish(self, doc: NodeCapacity) -> None:
+        # Who enforces the slices, for `partkeeper status` (set at start, partkeeper.limiter).
+        doc = msgspec.structs.replace(doc, slice_limiter=slices.limiter_view(self.ctx))
         if same(doc, self.published):
             return
         try:
@@ -128,6 +134,20 @@ class Recompute:
             asyncio.get_running_loop().call_later(backoff.delay(1), self.ctx.changes.touch)
             return
         self.published = doc
+
+
+CLAIM_STATES = ("creating", "active", "releasing")
+
+
+def _record_claims(ctx: Context, claims: list[Claim]) -> None:
+    """Claims by profile and state, every pair (a count that drops to 0 says 0), and who
+    enforces the slices."""
+    counts: Counter[tuple[str, str]] = Counter((c.profile, str(c.state)) for c in claims)
+    for offer in ctx.offers.values():
+        for state in CLAIM_STATES:
+            metrics.CLAIMS.labels(offer.profile, state).set(counts[(offer.profile, state)])
+    found = ctx.limiter
+    metrics.SLICE_LIMITER.labels(found.name, "true" if found.enforced else "false").set(1)
 
 
 def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:

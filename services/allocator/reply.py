@@ -8,7 +8,8 @@ variables describing the partition(s) and, with the CDI strategy, their CDI devi
 handoff.py). Slices: the container edits the driver gives for the whole cards they sit on
 (NVIDIA and the sim's NVIDIA cards: `NVIDIA_VISIBLE_DEVICES` = the card UUIDs, plus, from the nvml
 driver, the cards' device specs; T-Head and Hygon: their vendors' nodes, and Hygon's runtime
-mount), the limits, and mounts of the limiter file (read-only) and the cache dir.
+mount), the limits, and mounts of the limiter file (read-only) and the cache dir, plus the slice
+limiter's env and mounts (`PK_SLICE_LIMITER=hami-core`: HAMi-core's, partkeeper/limiter.py).
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ from pathlib import Path
 import msgspec
 
 from partkeeper.drivers import Card, profiles
-from partkeeper.drivers.base import ContainerEdits, Instance
+from partkeeper.drivers.base import ContainerEdits, HostMount, Instance
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.workdir import sliced_dir
 from schemas import Claim
-from services.allocator.slices import CACHE_DIR, LIMITS_FILE, SliceConfig
-
-CONTAINER_SLICED_DIR = "/var/run/partkeeper/sliced"
+from services.allocator.slices import CACHE_DIR, CONTAINER_SLICED_DIR, LIMITS_FILE, SliceConfig
 
 
 class PartitionDescriptor(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,28 +120,44 @@ def _mounts(edits: ContainerEdits) -> list[pb.Mount]:
                      read_only=m.read_only) for m in edits.mounts]
 
 
-def slice_response(
-    claims: Sequence[Claim], config: SliceConfig, pods_dir: Path, edits: ContainerEdits
-) -> pb.ContainerAllocateResponse:
-    """`edits`: the driver's for the whole cards the slices sit on (`driver.card_edits`)."""
+def slice_edits(
+    claims: Sequence[Claim], config: SliceConfig, pods_dir: Path, edits: ContainerEdits,
+    limiter: ContainerEdits,
+) -> ContainerEdits:
+    """Everything a slice container gets, as one set of edits (the reply and the CDI spec carry
+    the same). `edits`: the driver's for the whole cards the slices sit on (`driver.card_edits`);
+    `limiter`: the slice limiter's (empty without one)."""
     first = claims[0]
     host = sliced_dir(pods_dir, first.pod_uid, first.container)
-    envs = {
+    env = {
         **edits.env,
+        **limiter.env,
         "PK_RESOURCE": first.resource,
         "PK_SLICE_INDEXES": ",".join(str(i) for i in config.slices),
         "PK_SLICE_MEMORY_MIB": str(config.memory_mib),
         "PK_SLICE_COMPUTE_PERCENT": str(config.compute_percent),
         "PK_SLICE_CONFIG": f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}",
         "PK_SLICE_CACHE_DIR": f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}",
+        "PK_SLICE_LIMITER": config.limiter,
+        "PK_SLICE_ENFORCED": "true" if config.enforced else "false",
         "PK_CLAIM_IDS": ",".join(c.id for c in claims),
         "PK_POD_UID": first.pod_uid,
     }
-    mounts = [
-        *_mounts(edits),
-        pb.Mount(container_path=f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}",
-                 host_path=str(host / LIMITS_FILE), read_only=True),
-        pb.Mount(container_path=f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}",
-                 host_path=str(host / CACHE_DIR), read_only=False),
-    ]
-    return pb.ContainerAllocateResponse(envs=envs, devices=_devices(edits), mounts=mounts)
+    mounts = (
+        *edits.mounts,
+        HostMount(f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}", str(host / LIMITS_FILE),
+                  read_only=True),
+        HostMount(f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}", str(host / CACHE_DIR), read_only=False),
+        *limiter.mounts,
+    )
+    return ContainerEdits(env=env, devices=edits.devices, mounts=mounts)
+
+
+def slice_response(
+    edits: ContainerEdits, cdi_names: Sequence[str] = ()
+) -> pb.ContainerAllocateResponse:
+    """The reply of a slice container from its `slice_edits`."""
+    return pb.ContainerAllocateResponse(
+        envs=dict(edits.env), devices=_devices(edits), mounts=_mounts(edits),
+        cdi_devices=[pb.CDIDevice(name=name) for name in cdi_names],
+    )

@@ -7,25 +7,38 @@ like a partition claim (start = slice index, size = 1, profile "sliced"). Its ef
 configuration (memory MiB, compute percent) and a cache directory under
 `PK_PODS_DIR/<podUID>/c-<container>/sliced/`, written with `partkeeper.workdir.write_sliced`
 (which also writes the GC's ownership mark). Only the GC removes that tree.
+
+Who enforces the limits is `PK_SLICE_LIMITER` (partkeeper/limiter.py): with `hami-core` the reply
+also carries HAMi-core's env and mounts, its cache file inside `sliced/cache/`; with `none` the
+slices are handed out all the same, and said to be unenforced (limits.json, the log line, the
+capacity document `status` reads).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from partkeeper import limiter
 from partkeeper.drivers import Card
+from partkeeper.drivers.base import ContainerEdits
+from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_sliced
 from schemas import Claim
+from schemas.documents import SliceLimiterView
 from services.allocator import writes
 from services.allocator.context import Context
 from services.allocator.refusal import Refusal, Result
 
+log = logging.getLogger(__name__)
+
 LIMITS_FILE = "limits.json"
 CACHE_DIR = "cache"
+CONTAINER_SLICED_DIR = "/var/run/partkeeper/sliced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +57,8 @@ class SliceConfig(msgspec.Struct, frozen=True, kw_only=True):
     memory_mib: int
     compute_percent: int
     cache_dir: str
+    limiter: str = limiter.NONE  # who enforces these limits; "none": nothing does
+    enforced: bool = False
 
 
 def limits(card: Card, slices_per_card: int, count: int = 1) -> SliceLimits:
@@ -54,7 +69,20 @@ def limits(card: Card, slices_per_card: int, count: int = 1) -> SliceLimits:
     )
 
 
-def config_for(claims: list[Claim], cards: dict[int, Card], slices_per_card: int) -> SliceConfig:
+def per_card(
+    claims: list[Claim], cards: dict[int, Card], slices_per_card: int
+) -> list[SliceLimits]:
+    """Each card's share, in card index order (the order the container sees the cards in)."""
+    counts: dict[int, int] = {}
+    for claim in claims:
+        counts[claim.card] = counts.get(claim.card, 0) + 1
+    return [limits(cards[i], slices_per_card, n) for i, n in sorted(counts.items())]
+
+
+def config_for(
+    claims: list[Claim], cards: dict[int, Card], slices_per_card: int,
+    state: limiter.LimiterState | None = None,
+) -> SliceConfig:
     first = claims[0]
     per_card = [limits(cards[c.card], slices_per_card) for c in claims]
     return SliceConfig(
@@ -65,12 +93,46 @@ def config_for(claims: list[Claim], cards: dict[int, Card], slices_per_card: int
         memory_mib=sum(lim.memory_mib for lim in per_card),
         compute_percent=min(100, sum(lim.compute_percent for lim in per_card)),
         cache_dir=CACHE_DIR,
+        limiter=state.name if state else limiter.NONE,
+        enforced=state.enforced if state else False,
     )
+
+
+def limiter_edits(ctx: Context, claims: list[Claim]) -> ContainerEdits:
+    """The limiter's env and mounts for these slices (none without a limiter). HAMi-core applies
+    one SM limit to every device, so a container on several cards gets the smallest share."""
+    if ctx.limiter.name != limiter.HAMI_CORE:
+        return ContainerEdits()
+    shares = per_card(claims, {c.index: c for c in ctx.cards}, ctx.config.slices_per_card)
+    return limiter.hami_edits(
+        [s.memory_mib for s in shares], min(s.compute_percent for s in shares),
+        Path(ctx.limiter.dir), f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}",
+        str(ctx.options.limiter_lock_dir),
+    )
+
+
+def limiter_view(ctx: Context) -> SliceLimiterView:
+    """The limiter as the capacity document reports it (`partkeeper status`)."""
+    found = ctx.limiter
+    return SliceLimiterView(name=found.name, enforced=found.enforced, dir=found.dir,
+                            missing=list(found.missing))
+
+
+def log_handed_out(ctx: Context, claims: list[Claim], config: SliceConfig) -> None:
+    """The Allocate's one line: which slices went where, and whether anything enforces them."""
+    first = claims[0]
+    how = (f"enforced by {ctx.limiter.name}" if ctx.limiter.enforced
+           else "UNENFORCED (no slice limiter: the container can use the whole card)")
+    decision(log, f"slice(s) {','.join(map(str, config.slices))} for {first.namespace}/"
+             f"{first.name} container {first.container}: {config.memory_mib} MiB, "
+             f"{config.compute_percent}% compute, {how}", pod_uid=first.pod_uid, card=first.card,
+             claim_id=",".join(c.id for c in claims), slice_limiter=ctx.limiter.name,
+             slices_enforced=ctx.limiter.enforced)
 
 
 async def write_files(ctx: Context, claims: list[Claim]) -> Path:
     cards = {c.index: c for c in ctx.cards}
-    body = msgspec.json.encode(config_for(claims, cards, ctx.config.slices_per_card))
+    body = msgspec.json.encode(config_for(claims, cards, ctx.config.slices_per_card, ctx.limiter))
     first = claims[0]
     return await asyncio.to_thread(
         write_sliced, ctx.config.pods_dir, first.pod_uid, first.container,

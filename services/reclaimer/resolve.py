@@ -192,8 +192,8 @@ async def _removal(ctx: Context, claim: Claim, reason: str) -> Result:
     if claim.kind == "partition" and claim.instance is not None:
         # Before the claim goes: while the claim exists, a crash here is finished on restart.
         await drop_descriptor(ctx.config.pods_dir, claim, claim.instance.uuid)
-    if claim.kind == "partition":
-        await drop_cdi_spec(ctx.config.cdi_dir, claim)
+    # Slices too: with the CDI strategy a slice container's spec is named by its first claim.
+    await drop_cdi_spec(ctx.config.cdi_dir, claim)
     removed = False
 
     def mutate(doc: CardClaims) -> CardClaims:

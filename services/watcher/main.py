@@ -19,6 +19,7 @@ from partkeeper import bus, runtime
 from partkeeper.config import Config
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_PODS, SERVICE_WATCHER
+from services.watcher import node_note
 from services.watcher.kube import Kube
 from services.watcher.pods import Resources
 from services.watcher.queries import Queries
@@ -62,6 +63,7 @@ async def serve(
         life.spawn("sync", sync.run(ready))
         life.spawn("prune", _prune(view, tuning))
         life.spawn("events", EventRecorder(js, kube, view, tuning).run())
+        life.spawn("node note", node_note.keep(kube, config.slice_limiter))
         await life.run()
 
 

@@ -158,6 +158,7 @@ async def node_stack(
     gate: Gate | None = None,
     real_reclaimer: bool = False,
     driver: Driver | None = None,
+    settings: Mapping[str, object] | None = None,
 ) -> AsyncIterator[Node]:
     """A node; `pod_resources=False` points the allocator at a socket that does not exist, for
     tests that call Allocate themselves (kubelet would list the Pod it admits; these have none).
@@ -165,7 +166,7 @@ async def node_stack(
     parks until the test opens the gate. `real_reclaimer=True` runs the reclaimer service itself
     (its `reclaim.now` and reconcile pass) instead of the table stand-in. `driver`: an opened
     vendor driver (over its fake library) instead of the sim with `cards` and `sliced`; the
-    resources are named as for that driver."""
+    resources are named as for that driver. `settings`: more `Config` fields."""
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     state = directory / "sim.json"
     names: dict[str, str] = {}
@@ -179,7 +180,7 @@ async def node_stack(
     config = Config(node=node, kubelet_dir=directory / "dp",
                     pod_resources_socket=podres, pods_dir=directory / "pods",
                     driver=driver.name, sim_state=state, slices_per_card=slices_per_card,
-                    **names)
+                    **names, **dict(settings or {}))
     js = nc.jetstream()
     store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
     source = MemoryPodSource()

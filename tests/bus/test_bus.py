@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 from nats.js.errors import KeyWrongLastSequenceError
+from prometheus_client import REGISTRY
 
 from partkeeper.bus import ConsumerRunner, NoAnswer, Permanent, Retry, publish, request, serve
 from partkeeper.bus.consumer import Delivery
@@ -83,6 +84,8 @@ async def test_retry_redelivers_then_acks(js, node: str) -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert attempts == [1, 2]
+    assert REGISTRY.get_sample_value("partkeeper_redeliveries_total",
+                                     {"consumer": r.durable}) == 1
 
 
 async def test_poison_message_is_dead_lettered_with_reason(js, nc, node: str) -> None:
@@ -101,6 +104,7 @@ async def test_poison_message_is_dead_lettered_with_reason(js, nc, node: str) ->
     assert dead.headers["Pk-Original-Subject"] == pods_subject(node, UID)
     assert "schema version 7" in dead.headers["Pk-Error"]
     assert dead.data == b'{"v": 7, "type": "PodGone"}'
+    assert await r.dlq_depth() == 1  # what partkeeper_dead_letter_messages reports
 
 
 async def test_permanent_failure_and_exhausted_retries_dead_letter(js, node: str) -> None:

@@ -201,17 +201,23 @@ def test_rbac_grants_only_what_is_used(base: list[dict[str, Any]]) -> None:
         for verb in rule["verbs"]
     }
     assert grants == {("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"),
-                      ("", "events", "create")}
+                      ("", "events", "create"), ("", "nodes", "patch")}
+
+
+def _settings(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The settings ConfigMap (deploy/ also renders the Grafana dashboard's)."""
+    return one([d for d in docs if "grafana_dashboard" not in d["metadata"].get("labels", {})],
+               "ConfigMap")
 
 
 def test_a_changed_setting_rolls_the_daemonset(base: list[dict[str, Any]]) -> None:
     example = render(DEPLOY / "overlays" / "example")
-    name = one(base, "ConfigMap")["metadata"]["name"]
+    name = _settings(base)["metadata"]["name"]
     assert name.startswith("partkeeper-")
-    assert one(example, "ConfigMap")["metadata"]["name"] != name
+    assert _settings(example)["metadata"]["name"] != name
     for docs in (base, example):
         refs = {c["envFrom"][0]["configMapRef"]["name"] for c in pod(docs)["containers"]}
-        assert refs == {one(docs, "ConfigMap")["metadata"]["name"]}
+        assert refs == {_settings(docs)["metadata"]["name"]}
 
 
 def test_example_overlay_sets_the_operators_choices() -> None:

@@ -123,4 +123,5 @@ async def test_pod_events_move_the_counter_on_metrics(
     samples = await asyncio.to_thread(scrape, port)
     durable = durable_name(SERVICE, node, STREAM_PARTITIONS)
     assert ("partkeeper_consumer_lag_messages", (("consumer", durable),)) in samples
+    assert samples[("partkeeper_nats_connections", ())] == 1.0  # the process's connection is up
     assert await watcher.terminate() == 0

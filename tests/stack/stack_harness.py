@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,12 @@ def run_cli(args: Sequence[str], env: Mapping[str, str] | None = None) -> Any:
 class Up:
     """`partkeeper up --workdir DIR` in the background, its output read line by line."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, env: Mapping[str, str] | None = None,
+                 args: Sequence[str] = ()) -> None:
         self.workdir = workdir
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            partkeeper("up", "--workdir", str(workdir)), stdout=subprocess.PIPE,
+            partkeeper("up", "--workdir", str(workdir), *args), stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
         )
 
@@ -89,6 +90,18 @@ class Up:
             name, _, value = line.removeprefix("export ").partition("=")
             found[name] = value.strip("'")
         return found
+
+
+@contextlib.contextmanager
+def up_ready(*args: str) -> Iterator[Up]:
+    """`partkeeper up [args]` in a fresh workdir, once it says it is ready; stopped after."""
+    with short_workdir() as workdir:
+        running = Up(workdir, args=args)
+        try:
+            running.wait_for_line(READY_LINE, READY_DEADLINE)
+            yield running
+        finally:
+            running.kill()
 
 
 def recorded_children(workdir: Path) -> dict[str, dict[str, Any]]:

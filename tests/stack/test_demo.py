@@ -32,6 +32,8 @@ def test_up_demo_passes_and_leaves_no_process() -> None:
         assert "refused 0" in done.stdout, report
         assert "leaks: none" in done.stdout, report
         assert "result: PASS" in done.stdout, report
+        # The embedded stack runs without a slice limiter and says so in the summary.
+        assert "slices NOT enforced: no slice limiter" in done.stdout, report
         children = recorded_children(workdir)
         assert set(children) == {"nats", "cluster", "watcher", "allocator", "reclaimer", "gc"}
         assert not wait_no_survivors([c["process_group"] for c in children.values()])

@@ -6,6 +6,7 @@ import pytest
 
 from partkeeper.stack.demo import BusyResult, Outcome
 from partkeeper.stack.observe import PodTrack
+from partkeeper.stack.status import limiter_line
 from partkeeper.stack.summary import (
     admission_latencies,
     describe,
@@ -72,3 +73,14 @@ def test_summary_passes_only_without_refusal_leak_or_error() -> None:
 
     leaked = Outcome([pod("a")], 0, None, ["instance MIG-y left on the cards"], None, 3.0)
     assert not leaked.passed and "leaks: instance MIG-y" in "\n".join(lines(leaked))
+
+
+def test_summary_says_whether_slices_are_enforced() -> None:
+    said = Outcome([pod("a")], 0, None, [], None, 1.0, limiter_line(
+        {"name": "none", "enforced": False, "dir": "", "missing": []}))
+    assert "  slices NOT enforced: no slice limiter (PK_SLICE_LIMITER=none)" in "\n".join(
+        lines(said))
+    enforced = limiter_line({"name": "hami-core", "enforced": True, "dir": "/usr/local/vgpu",
+                             "missing": []})
+    assert enforced == "slices enforced by hami-core (files in /usr/local/vgpu)"
+    assert "unknown" in limiter_line(None)

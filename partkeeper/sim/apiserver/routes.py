@@ -13,7 +13,7 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from . import discovery, events, resource
+from . import discovery, events, openapi, resource, table, watchlist
 from .errors import ApiError, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable
 from .http import Handler, Resource, View, error_reply, reply
 from .state import ServerState
@@ -34,8 +34,13 @@ GROUP_EVENTS = View(
 
 
 def build_app(state: ServerState) -> web.Application:
-    app = web.Application(middlewares=[_middleware(state)])
+    # Inside the error middleware: kubectl's Tables, the strict field check and the refusal of
+    # WatchList requests (table.py, openapi.py, watchlist.py) wrap the resource handlers
+    # without their knowing.
+    app = web.Application(middlewares=[_middleware(state), watchlist.no_initial_events,
+                                       table.tables, openapi.strict_fields])
     router = app.router
+    openapi.add_routes(router)
     for path in ("/healthz", "/readyz", "/livez"):
         router.add_get(path, _ok)
     _add_discovery(router, state)

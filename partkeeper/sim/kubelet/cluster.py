@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
+from partkeeper.sim.kubelet import podstatus
 from partkeeper.sim.kubelet.pods import PodEvent, PodSpecError, PodView, pod_from_manifest
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class ClusterPodSource:
         self._node = node
         self._retry_delay = retry_delay
         self._known: dict[str, PodView] = {}
+        self._started: dict[str, str] = {}  # uid -> the startTime first written
         self._listwatch: ListWatch[list[PodView]] = ListWatch(
             self._list, self._watch_call, timeout_seconds=watch_timeout_seconds,
             request_timeout=(10.0, 30.0),
@@ -132,6 +134,7 @@ class ClusterPodSource:
             return []
         if item.type == "DELETED":
             self._known.pop(view.uid, None)
+            self._started.pop(view.uid, None)
             return [PodEvent("deleted", view)]
         self._known[view.uid] = view
         return [PodEvent("upsert", view)]
@@ -146,8 +149,10 @@ class ClusterPodSource:
         # null removes a field in a merge patch, so a Running report clears an old reason.
         body = {
             "metadata": {"uid": uid},
-            "status": {"phase": phase, "reason": reason or None, "message": message or None},
+            "status": {**podstatus.status_fields(pod, phase, reason, self._started.get(uid)),
+                       "phase": phase, "reason": reason or None, "message": message or None},
         }
+        self._started.setdefault(uid, body["status"]["startTime"])
         await self._tolerating_gone(
             self._api.patch_namespaced_pod_status,
             pod.name,

@@ -1,0 +1,65 @@
+"""The node says who enforces its logical slices: a label and an annotation on its Node.
+
+`partkeeper.io/slices-enforced` (a label, `true` or `false`, so `kubectl get nodes
+-l partkeeper.io/slices-enforced=false` finds the nodes whose slices nothing holds to their
+share) and `partkeeper.io/slice-limiter` (an annotation with the sentence). The watcher writes
+them because it is the service that talks to the API server; `PK_SLICE_LIMITER` comes from the
+ConfigMap every container reads, and the allocator refuses to start when a configured limiter's
+files are missing, so the configured limiter is the one the slices get. Written at start and
+again every `period` (a JSON merge patch of the Node's metadata: an operator's removal is
+undone, nothing else on the Node is touched); failures are retried with backoff and never stop
+the watcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from partkeeper.bus import backoff
+from partkeeper.limiter import NONE
+from services.watcher.kube import Kube
+
+log = logging.getLogger(__name__)
+
+LABEL = "partkeeper.io/slices-enforced"
+ANNOTATION = "partkeeper.io/slice-limiter"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def note(limiter: str) -> dict[str, Any]:
+    """The Node metadata patch for `limiter` (`none` or `hami-core`). Pure."""
+    enforced = limiter != NONE
+    said = (f"logical slices are enforced by {limiter}" if enforced else
+            "logical slices are NOT enforced (PK_SLICE_LIMITER=none): a container can use the "
+            "whole card")
+    return {"metadata": {"labels": {LABEL: "true" if enforced else "false"},
+                         "annotations": {ANNOTATION: said}}}
+
+
+async def keep(kube: Kube, limiter: str, period: float = 600.0) -> None:
+    """Write the note now and every `period` seconds, until cancelled."""
+    body = note(limiter)
+    attempt = 0
+    written = False
+    while True:
+        try:
+            await asyncio.to_thread(kube.api.patch_node, kube.node, body,
+                                    _content_type=MERGE_PATCH,
+                                    _request_timeout=kube.request_timeout)
+        except Exception as exc:  # the note is advice: a failure never stops the watcher
+            attempt += 1
+            wait = backoff.delay(attempt, base=1.0, cap=period)
+            why = "no RBAC permission to patch nodes" if isinstance(exc, ApiException) \
+                and exc.status == 403 else repr(exc)
+            log.warning("cannot label Node %s with the slice enforcement (%s); again in %.0fs",
+                        kube.node, why, wait)
+            await asyncio.sleep(wait)
+            continue
+        if not written:
+            log.info("Node %s labelled %s=%s", kube.node, LABEL, body["metadata"]["labels"][LABEL])
+        attempt, written = 0, True
+        await asyncio.sleep(period)
