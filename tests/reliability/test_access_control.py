@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from reliability.rel_harness import scene
 
 from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -84,8 +84,7 @@ async def as_user(server: NatsServer, service: str) -> Session:
 
 
 async def test_each_service_on_its_own_user_runs_a_lifecycle(server: NatsServer) -> None:
-    overrides = {s: {"NATS_USER": user(s)[0], "NATS_PASSWORD": user(s)[1]} for s in SERVICES}
-    async with scene(servers=[server], overrides=overrides, credentials=ADMIN) as sc:
+    async with scene(servers=[server], users=EmbeddedUsers.shipped()) as sc:
         partition = await sc.admit("1g.10gb", "acl")
         piece = await sc.admit(None, "acl")
         for pod in (partition, piece):
