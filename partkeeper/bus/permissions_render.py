@@ -183,8 +183,8 @@ def parse_signing_keys(text: str) -> dict[str, Role]:
     found: dict[str, Role] = {}
     for block in text.split("nsc edit signing-key ")[1:]:
         name = block.split("--role ", 1)[1].split()[0]
-        pub = tuple(p.split("'")[1] for p in block.split("--allow-pub '")[1:])
-        sub = tuple(p.split("'")[1] for p in block.split("--allow-sub '")[1:])
+        pub = tuple(p.split("'")[0] for p in block.split("--allow-pub '")[1:])
+        sub = tuple(p.split("'")[0] for p in block.split("--allow-sub '")[1:])
         found[name] = Role(name, f"pk-{name}", "", pub, sub, "--allow-pub-response" in block)
     return found
 
