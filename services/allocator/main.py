@@ -92,7 +92,8 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
     claims_kv = claims.kv
     changes = Changes()
     ctx = Context(
-        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node), driver=driver,
+        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node, announce=True),
+        driver=driver,
         cards=cards,
         offers=catalog.offers(cards, prefix=config.resource_prefix,
                               sliced_resource=config.sliced_resource,

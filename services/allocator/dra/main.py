@@ -64,7 +64,8 @@ async def serve(
     offers = catalog.offers(cards, prefix=config.resource_prefix,
                             sliced_resource=config.sliced_resource,
                             slices_per_card=config.slices_per_card)
-    ctx = Context(config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node),
+    ctx = Context(config=config, nc=nc, js=js,
+                  store=ClaimsStore(claims, config.node, announce=True),
                   driver=driver, cards=cards, offers=offers,
                   pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
                   changes=changes, podres=PodResources(config.pod_resources_socket),
