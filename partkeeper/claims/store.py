@@ -13,6 +13,7 @@ left there.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -143,7 +144,8 @@ class ClaimsStore:
             sent = frozenset(self._published.get(card, ()))
             if sent:
                 try:
-                    doc, _ = await self.update(card, lambda d, s=sent: outbox.strip(d, s))
+                    doc, _ = await self.update(card, functools.partial(outbox.strip,
+                                                                       published=sent))
                 except Exception as exc:
                     log.warning("could not strip the sent audit entries of card %d (sent again "
                                 "later, de-duplicated): %s", card, exc, extra={"card": card})
