@@ -74,6 +74,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
              lambda: importlib.import_module("bench.reclaim_latency").measure(
                  cycles=RECLAIM_CYCLES)),
     External("DRA latency", "bench.dra_latency", ("--cycles", "100")),
+    External("fuzzing at volume", "bench.fuzz", ("--inputs", "100000")),
 )
 
 
