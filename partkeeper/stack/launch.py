@@ -77,6 +77,13 @@ class Stack:
     def kubeconfig(self) -> Path:
         return self.layout.cluster.kubeconfig
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """nats.connect keyword arguments for the stack's admin login (none: an open server)."""
+        if not self.admin:
+            return {}
+        return {"user": self.admin["NATS_USER"], "password": self.admin["NATS_PASSWORD"]}
+
     def shell_env(self) -> dict[str, str]:
         """What `partkeeper status`, `partkeeper sim` and a Kubernetes client need."""
         return {
