@@ -25,9 +25,6 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-pub '$JS.API.STREAM.INFO.KV_pk-pods' \
   --allow-pub '$JS.API.STREAM.INFO.KV_pk-capacity' \
   --allow-pub '$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{{tag(node)}}.>' \
-  --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-pods' \
-  --allow-pub '$JS.API.CONSUMER.DELETE.KV_pk-pods.*' \
-  --allow-pub '$JS.API.CONSUMER.INFO.KV_pk-pods.*' \
   --allow-pub '$JS.API.CONSUMER.INFO.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}' \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.pk.parts.{{tag(node)}}.*' \
   --allow-pub '$JS.API.CONSUMER.MSG.NEXT.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}' \
@@ -91,9 +88,6 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role reclaimer \
   --allow-pub '$JS.API.STREAM.INFO.KV_pk-pods' \
   --allow-pub '$JS.API.STREAM.INFO.KV_pk-capacity' \
   --allow-pub '$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{{tag(node)}}.>' \
-  --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-claims' \
-  --allow-pub '$JS.API.CONSUMER.DELETE.KV_pk-claims.*' \
-  --allow-pub '$JS.API.CONSUMER.INFO.KV_pk-claims.*' \
   --allow-pub '$JS.API.CONSUMER.INFO.PK_PODS.reclaimer-pk_pods-{{tag(node)}}' \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PODS.reclaimer-pk_pods-{{tag(node)}}.pk.pods.{{tag(node)}}.*' \
   --allow-pub '$JS.API.CONSUMER.MSG.NEXT.PK_PODS.reclaimer-pk_pods-{{tag(node)}}' \

@@ -86,7 +86,9 @@ def _read(bucket: str, key: str = f"{NODE}.>") -> tuple[str, ...]:
 
 
 def _watch(bucket: str) -> tuple[str, ...]:
-    """An ordered consumer on the bucket (a KV watch); nats-py puts its filter in the body."""
+    """An ordered consumer on the bucket (a KV watch); nats-py puts its filter in the body, so
+    this grant reads every node's keys of the bucket: only the allocator, which watches, has it
+    (docs/security.md, "Known limits")."""
     stream = f"KV_{bucket}"
     return (f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.DELETE.{stream}.*",
             f"$JS.API.CONSUMER.INFO.{stream}.*")
@@ -106,7 +108,7 @@ WATCHER = Role(
     "audit log (its Event recorder's durable) and dead-letters there",
     publish=(
         f"pk.pods.{NODE}.*", f"pk.dlq.{NODE}.watcher-events", f"$KV.{BUCKET_PODS}.{NODE}.>",
-        *_look(), *_read(BUCKET_PODS), *_watch(BUCKET_PODS),
+        *_look(), *_read(BUCKET_PODS),
         *_durable("watcher-events", STREAM_PARTITIONS, f"pk.parts.{NODE}.*"),
         "$JS.FC.>",
     ),
@@ -143,7 +145,7 @@ RECLAIMER = Role(
     publish=(
         f"pk.parts.{NODE}.*", f"pk.dlq.{NODE}.reclaimer", f"pk.{NODE}.pods.get",
         f"$KV.{BUCKET_CLAIMS}.{NODE}.>",
-        *_look(), *_read(BUCKET_CLAIMS), *_watch(BUCKET_CLAIMS),
+        *_look(), *_read(BUCKET_CLAIMS),
         *_durable("reclaimer", STREAM_PODS, f"pk.pods.{NODE}.*"),
         "$JS.FC.>",
     ),

@@ -198,6 +198,15 @@ def _other_reads() -> list[str]:
             "$JS.API.DIRECT.GET.KV_pk-claims", "$JS.API.DIRECT.GET.KV_pk-pods"]
 
 
+def _watches(service: str) -> list[str]:
+    """A KV watch (an ephemeral consumer, its filter in the body) would read every node's
+    records: only the allocator watches, so only it may create one."""
+    if service == "allocator":
+        return []
+    return ["$JS.API.CONSUMER.CREATE.KV_pk-claims", "$JS.API.CONSUMER.CREATE.KV_pk-pods",
+            "$JS.API.CONSUMER.CREATE.KV_pk-capacity", "$JS.API.CONSUMER.CREATE.PK_PARTITIONS"]
+
+
 def _foreign_inboxes(service: str) -> list[str]:
     others = [s for s in (*SERVICES, PROVISION) if s != service]
     return ["_INBOX.>", f"_INBOX.{NODE}.>", f"_INBOX.{OTHER}.{service}.>",
@@ -237,7 +246,7 @@ async def test_a_service_user_does_its_work_and_nothing_else(server: NatsServer,
         try:
             own_inbox = inbox_prefix(service, NODE) + ".x"
             await _none_refused(session, OWN_EVENTS[service] + OWN_READS[service], [own_inbox])
-            await _all_refused(session, _topology_changes() + _other_reads()
+            await _all_refused(session, _topology_changes() + _other_reads() + _watches(service)
                                + _others_events(service), _foreign_inboxes(service))
         finally:
             await session.close()

@@ -199,6 +199,7 @@ async def open_rig(
                              credentials=credentials, users=users)
         try:
             yield Rig(stack, supervisor, started)
+            _no_permission_refused(layout)
             failed = False
         finally:
             with contextlib.suppress(Exception):
@@ -210,6 +211,16 @@ async def open_rig(
         # A failed run keeps its logs for whoever reads the failure (the path is in the message).
         if workdir is None and not failed:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _no_permission_refused(layout: Layout) -> None:
+    """Every service ran inside its NATS user's grants (bus/permissions.py): the server's
+    refusals reach the client as `permissions violation` errors, which the services log."""
+    for name in SERVICES:
+        log = layout.log(name)
+        if log.exists() and b"permissions violation" in log.read_bytes().lower():
+            raise RigError(f"the NATS server refused {name} something its work needs; see "
+                           f"{log}:\n{tail(log)}")
 
 
 async def reconnected(rig: Rig) -> None:
