@@ -55,11 +55,14 @@ class Session:
         self.nc: Client | None = None
 
     async def open(self, url: str, name: str, password: str) -> Session:
+        return await self.open_with(url, user=name, password=password)
+
+    async def open_with(self, url: str, **login: str) -> Session:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc).lower())
 
-        self.nc = await nats.connect(url, user=name, password=password, error_cb=on_error,
-                                     allow_reconnect=False, connect_timeout=2)
+        self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False,
+                                     connect_timeout=2, **login)  # type: ignore[arg-type]
         return self
 
     async def refused(self, what: str, subject: str, within: float = REFUSAL_SECONDS) -> bool:
