@@ -13,7 +13,7 @@ id (`claim/<id>/<state>`, the one the services have always used), so the stream'
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import msgspec
 
@@ -41,31 +41,37 @@ def _event(claim: Claim, state: ClaimState, now: float, *, reason: str = "") -> 
     return Unpublished(msg_id=msg_id(claim.id, state), event=event)
 
 
-def transitions(old: CardClaims, new: CardClaims, now: float) -> list[Unpublished]:
+def transitions(old: CardClaims, new: CardClaims, now: float,
+                reasons: Mapping[str, str] | None = None) -> list[Unpublished]:
     """The state changes from `old` to `new`, as audit entries (a pure diff of two documents).
 
-    A changed instance or attempt count alone is no transition."""
+    A changed instance or attempt count alone is no transition. `reasons` (by claim id) is why
+    the writer made this write's transition, where the documents cannot say it: a removed claim
+    is gone from `new`, and its release reason is why it was released, not why it was removed
+    (e.g. its instance was destroyed, or MIG mode was switched off under it)."""
+    why = reasons or {}
     found: list[Unpublished] = []
     for claim_id, claim in new.claims.items():
         before = old.claims.get(claim_id)
         if before is not None and before.state == claim.state:
             continue
         reason = claim.release_reason if claim.state == "releasing" else ""
-        found.append(_event(claim, claim.state, now, reason=reason))
+        found.append(_event(claim, claim.state, now, reason=why.get(claim_id, reason)))
     for claim_id, claim in old.claims.items():
         if claim_id not in new.claims:
             reason = claim.release_reason if claim.state == "releasing" else \
                 "abandoned before it was activated"
-            found.append(_event(claim, "removed", now, reason=reason))
+            found.append(_event(claim, "removed", now, reason=why.get(claim_id, reason)))
     return [msgspec.structs.replace(e, event=msgspec.structs.replace(e.event, node=new.node))
             for e in found]
 
 
 def record(old: CardClaims, new: CardClaims, published: Collection[str],
-           now: float) -> CardClaims:
+           now: float, reasons: Mapping[str, str] | None = None) -> CardClaims:
     """`new` with its outbox: the entries not yet `published`, then this write's transitions."""
     kept = [e for e in old.outbox if e.msg_id not in published]
-    added = [e for e in transitions(old, new, now) if e.msg_id not in {k.msg_id for k in kept}]
+    added = [e for e in transitions(old, new, now, reasons)
+             if e.msg_id not in {k.msg_id for k in kept}]
     entries = kept + added
     if len(entries) > MAX_ENTRIES:
         dropped = entries[: len(entries) - MAX_ENTRIES]

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
@@ -84,11 +84,13 @@ class ClaimsStore:
         wanted = sorted(set(cards or []) | set(await self.cards()))
         return {card: await self.read(card) for card in wanted}
 
-    async def update(self, card: int, mutate: Mutation) -> tuple[CardClaims, int]:
+    async def update(self, card: int, mutate: Mutation, *,
+                     reasons: Mapping[str, str] | None = None) -> tuple[CardClaims, int]:
         """Apply `mutate` with compare-and-set; returns the written document and revision.
 
         `mutate` may raise TransitionError to refuse; nothing is written then. Returning the
-        same object means "no change" and writes nothing.
+        same object means "no change" and writes nothing. `reasons` (by claim id) go into the
+        audit entries of this write's transitions (outbox.transitions).
         """
         key = claims_key(self.node, card)
         for attempt in range(1, self.max_conflicts + 1):
@@ -97,7 +99,8 @@ class ClaimsStore:
             if new is doc:
                 return doc, revision
             if self.announce:
-                new = outbox.record(doc, new, self._published.get(card, set()), time.time())
+                new = outbox.record(doc, new, self._published.get(card, set()), time.time(),
+                                     reasons)
             try:
                 if revision == 0:
                     written = await self.kv.create(key, encode(new))

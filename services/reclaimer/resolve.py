@@ -208,7 +208,7 @@ async def _removal(ctx: Context, claim: Claim, reason: str) -> Result:
         removed = True
         return machine.remove(doc, claim.id)
 
-    doc, _ = await ctx.store.update(claim.card, mutate)
+    doc, _ = await ctx.store.update(claim.card, mutate, reasons={claim.id: reason})
     if claim.id in doc.claims:
         return Again()
     if removed:

@@ -74,6 +74,20 @@ def test_each_transition_becomes_one_entry(steps: list[str], states: list[str]) 
     assert outbox.strip(stripped, {"claim/other/active"}) is stripped
 
 
+def test_a_writer_says_why_it_removed_a_claim() -> None:
+    """A removed claim is gone from the new document, and its release reason is why it was
+    released: the reclaimer's reason for the removal (its instance destroyed, MIG switched off
+    under it) reaches the audit entry only as the write's `reasons`."""
+    doc = machine.begin(machine.empty(NODE, 0), make_claim("c1", 0, 2))
+    doc = machine.release(machine.activate(doc, "c1", LIVE, 1), "c1", "Pod gone (deleted)", 2)
+    removed = machine.remove(doc, "c1")
+    [plain] = outbox.record(doc, removed, (), 9.0).outbox
+    [told] = outbox.record(doc, removed, (), 9.0, {"c1": "MIG mode was switched off"}).outbox
+    assert plain.event.reason == "Pod gone (deleted)"
+    assert told.event.reason == "MIG mode was switched off"
+    assert told.msg_id == plain.msg_id  # the same entry: a re-send is still de-duplicated
+
+
 @pytest.fixture
 async def own() -> AsyncIterator[tuple[NatsServer, Client]]:
     server = NatsServer().start()
