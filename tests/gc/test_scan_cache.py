@@ -1,0 +1,137 @@
+"""The scan cache keeps a Pod listing only while nothing it rests on changed (fail closed).
+
+Each change a Pod directory can go through between two sweeps (an entry added or removed at any
+level, the mark rewritten in place, a directory swapped for a symlink, a mount over it) makes the
+next scan read that directory again; a listing whose ctimes are too recent to tell is not kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from gc_doubles import build_pod, device_seam
+
+from partkeeper import workdir
+from partkeeper.workdir.cache import ScanCache
+
+LATER = 2**62  # a clock far ahead: every ctime counts as settled
+
+
+def tick_past(root: Path) -> None:
+    """Wait (bounded) until the filesystem's clock has moved past every ctime under `root`.
+
+    Timestamps come from the kernel's coarse clock, so a change within the same tick as the
+    write before it can leave the times unchanged; the cache's settle time covers that in
+    service, and this stands in for it where the test's clock does not.
+    """
+    newest = max(os.lstat(p).st_ctime_ns for p in [root, *root.rglob("*")])
+    probe = root.parent / "tick-probe"
+    deadline = time.monotonic() + 5
+    while True:
+        probe.write_bytes(b"")
+        if os.lstat(probe).st_ctime_ns > newest:
+            probe.unlink()
+            return
+        assert time.monotonic() < deadline, "the filesystem clock did not move in 5 s"
+        time.sleep(0.001)
+
+
+def scan(root: Path, cache: ScanCache) -> dict[str, workdir.PodListing]:
+    return {p.uid: p for p in workdir.scan_root(root, cache=cache).pods}
+
+
+def sliced(root: Path, uid: str) -> Path:
+    return root / uid / "c-main" / workdir.SLICED
+
+
+def add_container(root: Path, uid: str) -> None:
+    (root / uid / "c-side").mkdir()
+
+
+def add_in_container(root: Path, uid: str) -> None:
+    (root / uid / "c-main" / "stray.txt").write_bytes(b"x")
+
+
+def drop_descriptor(root: Path, uid: str) -> None:
+    (root / uid / "c-main" / f"partition-MIG-{uid}.json").unlink()
+
+
+def add_in_sliced(root: Path, uid: str) -> None:
+    (sliced(root, uid) / "new.json").write_bytes(b"{}")
+
+
+def rewrite_mark_in_place(root: Path, uid: str) -> None:
+    other = workdir.mark_body("0" * 8 + uid[8:], "main")  # names another Pod, same length
+    with open(sliced(root, uid) / workdir.MARK, "r+b") as f:
+        f.write(other)
+
+
+def swap_sliced_for_symlink(root: Path, uid: str) -> None:
+    target = root.parent / f"elsewhere-{uid}"
+    shutil.move(sliced(root, uid), target)
+    os.symlink(target, sliced(root, uid))
+
+
+CHANGES: dict[str, Callable[[Path, str], None]] = {
+    "a container added": add_container,
+    "a file added beside the descriptor": add_in_container,
+    "the descriptor removed": drop_descriptor,
+    "a file added in sliced": add_in_sliced,
+    "the mark rewritten in place": rewrite_mark_in_place,
+    "sliced swapped for a symlink": swap_sliced_for_symlink,
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_changed_pod_directory_is_read_again(root: Path, new_uid, change: str) -> None:
+    changed, same = new_uid(), new_uid()
+    for uid in (changed, same):
+        build_pod(root, uid)
+    cache = ScanCache(clock=lambda: LATER)
+    before = scan(root, cache)
+    assert cache.counts.read == 2
+    assert scan(root, cache) == before and cache.counts.read == 0
+
+    tick_past(root)
+    CHANGES[change](root, changed)
+    after = scan(root, cache)
+    assert (cache.counts.read, cache.counts.kept) == (1, 1), f"{change} went unnoticed"
+    assert after[changed] == workdir.scan_pod(root, changed)  # what a fresh scan sees
+    assert after[same] == before[same]
+
+
+def test_a_directory_on_another_filesystem_is_never_kept(root: Path, new_uid) -> None:
+    uid = new_uid()
+    build_pod(root, uid)
+    seam = device_seam(root / uid / "c-main")
+    cache = ScanCache(clock=lambda: LATER)
+    for _ in range(2):
+        workdir.scan_root(root, device_of=seam, cache=cache)
+        assert cache.counts.read == 1, "a listing showing a foreign filesystem was kept"
+
+
+def test_a_listing_too_recent_to_tell_is_not_kept(root: Path, new_uid) -> None:
+    uid = new_uid()
+    build_pod(root, uid)
+    cache = ScanCache(settle_seconds=3600)  # the real clock: the tree was written just now
+    for _ in range(2):
+        scan(root, cache)
+        assert cache.counts.read == 1, "a listing with a ctime within the settle time was kept"
+
+
+def test_a_removed_pod_directory_is_forgotten(root: Path, new_uid) -> None:
+    kept, removed = new_uid(), new_uid()
+    for uid in (kept, removed):
+        build_pod(root, uid)
+    cache = ScanCache(clock=lambda: LATER)
+    scan(root, cache)
+    shutil.rmtree(root / removed)
+    assert set(scan(root, cache)) == {kept} and cache.counts.read == 0
+    build_pod(root, removed)  # the same name again: a new directory, read afresh
+    scan(root, cache)
+    assert cache.counts.read == 1
