@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.msg import Msg
 
 from partkeeper import workdir
@@ -143,6 +144,12 @@ async def bare_round_trip(nc: nats.NATS, responder: nats.NATS, n: int = 200) -> 
 
     sub = await responder.subscribe(ECHO, cb=echo)
     await responder.flush()
+    for attempt in range(10):  # the server can take a moment to route a new interest
+        try:
+            await nc.request(ECHO, b"ping", timeout=2.0)
+            break
+        except nats.errors.NoRespondersError:
+            await asyncio.sleep(0.05 * (attempt + 1))
     samples = []
     for _ in range(n):
         started = time.perf_counter()
