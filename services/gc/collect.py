@@ -92,11 +92,11 @@ class Collector:
     async def _scan(self, uid: str) -> workdir.PodListing:
         return await asyncio.to_thread(workdir.scan_pod, self.root, uid, device_of=self.device_of)
 
-    def refused(self, listing: workdir.PodListing, pod: PodsGetReply) -> Outcome:
+    def refused(self, listing: workdir.PodListing, work: Plan, pod: PodsGetReply) -> Outcome:
         """The sweep's verdict on a Pod the watcher did not confirm gone or finished: nothing is
-        read, asked or deleted (decide.decide refuses before it looks at the claims)."""
-        plan = decide.decide(listing, pod, None)
-        self.reporter.unrecognised(listing.uid, plan.report)
+        read, asked or deleted (decide.decide refuses before it looks at the claims). `work` is
+        the listing's `decide.candidates`, whose report the sweep has made already."""
+        plan = decide.decide(listing, pod, None, work)
         return self._not_collected(listing.uid, plan)
 
     async def _collect(

@@ -46,12 +46,12 @@ async def sweep_once(collector: Collector, *, concurrency: int = CONCURRENCY) ->
     )
     collector.reporter.unrecognised(None, (f"{e.name} ({e.kind})" for e in scan.others))
     stats = SweepStats(directories=len(scan.pods), read=collector.scan_cache.counts.read)
-    work: list[workdir.PodListing] = []
+    work: list[tuple[workdir.PodListing, decide.Plan]] = []
     for listing in scan.pods:
         plan = decide.candidates(listing)
         collector.reporter.unrecognised(listing.uid, plan.report)
         if plan.verdict == "collect":
-            work.append(listing)
+            work.append((listing, plan))
     stats.candidates = len(work)
     dead = await _ask_states(collector, work, stats)
     pending = iter(dead)
@@ -73,7 +73,7 @@ async def sweep_once(collector: Collector, *, concurrency: int = CONCURRENCY) ->
 
 
 async def _ask_states(
-    collector: Collector, work: list[workdir.PodListing], stats: SweepStats
+    collector: Collector, work: list[tuple[workdir.PodListing, decide.Plan]], stats: SweepStats
 ) -> list[tuple[workdir.PodListing, PodsGetReply]]:
     """Ask the watcher about the candidates `ask.BATCH` at a time; settle the ones it does not
     confirm gone or finished here and return the others, to be collected.
@@ -89,17 +89,17 @@ async def _ask_states(
             stats.skipped += len(batch)
             continue
         answers = await ask.pod_states(collector.nc, collector.node,
-                                       [listing.uid for listing in batch], collector.asked)
+                                       [listing.uid for listing, _ in batch], collector.asked)
         if answers is None:
             stats.verdicts["unanswered"] += len(batch)
             metrics.GC_REFUSED.labels("pods-unanswered").inc(len(batch))
             continue
-        for listing in batch:
+        for listing, plan in batch:
             pod = answers[listing.uid]
             if decide.confirmed_done(pod):
                 dead.append((listing, pod))
             else:
-                stats.verdicts[collector.refused(listing, pod).verdict] += 1
+                stats.verdicts[collector.refused(listing, plan, pod).verdict] += 1
     return dead
 
 
