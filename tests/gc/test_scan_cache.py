@@ -14,10 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gc_doubles import build_pod, device_seam
+from gc_doubles import FakeAllocator, build_pod, device_seam, snapshot
+from nats.aio.client import Client
 
 from partkeeper import workdir
+from partkeeper.config import Config
 from partkeeper.workdir.cache import ScanCache
+from schemas import PodsGetReply
+from services.gc.collect import Collector
 
 LATER = 2**62  # a clock far ahead: every ctime counts as settled
 
@@ -135,3 +139,25 @@ def test_a_removed_pod_directory_is_forgotten(root: Path, new_uid) -> None:
     build_pod(root, removed)  # the same name again: a new directory, read afresh
     scan(root, cache)
     assert cache.counts.read == 1
+
+
+async def test_a_stale_listing_never_makes_the_gc_delete_more(
+    nc: Client, node: str, root: Path, new_uid, allocator: FakeAllocator
+) -> None:
+    """What the cache rests on: a kept listing decides whether to ask, never what is deleted.
+
+    The listing says the slice is the GC's; by the time the Pod is confirmed gone, the mark names
+    another Pod. The deletion is planned on a fresh scan, which sees that, and deletes nothing.
+    """
+    uid = new_uid()
+    build_pod(root, uid)
+    stale = workdir.scan_pod(root, uid)
+    assert stale.containers[0].sliced == "owned"
+    rewrite_mark_in_place(root, uid)
+    before = snapshot(root)
+    collector = Collector(Config(nats_urls=("nats://unused",), node=node, pods_dir=root), nc)
+    gone = PodsGetReply(uid=uid, state="gone", evidence="test: confirmed gone")
+
+    outcome = await collector.collect(uid, stale, gone)
+    assert outcome.verdict != "collect"
+    assert snapshot(root) == before, "a stale listing made the GC delete something"
