@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from gc_doubles import FakeAllocator, build_pod, device_seam, snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from nats.aio.client import Client
 
 from partkeeper import workdir
@@ -161,3 +164,51 @@ async def test_a_stale_listing_never_makes_the_gc_delete_more(
     outcome = await collector.collect(uid, stale, gone)
     assert outcome.verdict != "collect"
     assert snapshot(root) == before, "a stale listing made the GC delete something"
+
+
+MARK_OWN, MARK_FOREIGN = "own", "foreign"
+PLACES = ("", "c-main", f"c-main/{workdir.SLICED}", f"c-main/{workdir.SLICED}/cache")
+Step = tuple[str, int, str]  # (action, place index, name or mark kind)
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, len(PLACES) - 1), st.sampled_from("abc")),
+        st.tuples(st.just("remove"), st.integers(0, len(PLACES) - 1), st.sampled_from("abc")),
+        st.tuples(st.just("mark"), st.just(0), st.sampled_from([MARK_OWN, MARK_FOREIGN])),
+        st.tuples(st.just("unmark"), st.just(0), st.just("")),
+    ),
+    min_size=1, max_size=6,
+)
+
+
+def apply(root: Path, uid: str, step: Step) -> None:
+    action, place, name = step
+    where = root / uid / PLACES[place]
+    mark = root / uid / "c-main" / workdir.SLICED / workdir.MARK
+    if action == "add" and where.is_dir():
+        (where / name).write_bytes(b"x")
+    elif action == "remove" and (where / name).is_file():
+        (where / name).unlink()
+    elif action == "mark" and mark.parent.is_dir():
+        owner = uid if name == MARK_OWN else "0" * 8 + uid[8:]
+        with open(mark, "r+b" if mark.exists() else "wb") as f:  # in place when it exists
+            f.write(workdir.mark_body(owner, "main"))
+    elif action == "unmark" and mark.exists():
+        mark.unlink()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=steps)
+def test_the_kept_listings_always_equal_a_fresh_scan(steps: list[Step], tmp_path: Path) -> None:
+    """A state machine of changes to a Pod directory, each one after the filesystem's clock moved:
+    after each, the cached scan lists exactly what a fresh scan lists."""
+    root = Path(tempfile.mkdtemp(dir=tmp_path))
+    uid = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
+    build_pod(root, uid)
+    cache = ScanCache(clock=lambda: LATER)
+    scan(root, cache)
+    for step in steps:
+        tick_past(root)
+        apply(root, uid, step)
+        assert scan(root, cache)[uid] == workdir.scan_pod(root, uid), step
