@@ -106,6 +106,10 @@ def pods_get_subject(node: str) -> str:
     return f"pk.{encode_token(node)}.pods.get"
 
 
+def pods_states_subject(node: str) -> str:
+    return f"pk.{encode_token(node)}.pods.states"
+
+
 def pods_pending_subject(node: str) -> str:
     return f"pk.{encode_token(node)}.pods.pending"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from schemas.documents import Claim, PodRecord
@@ -22,6 +24,29 @@ class PodsGetReply(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", 
     evidence: str
     resource_version: str = ""
     pod: PodRecord | None = None
+
+
+PODS_STATES_MAX = 1000  # UIDs per pods.states request; a longer list is refused as malformed
+
+
+class PodsStates(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodsStates"):
+    """`pods.get` for many Pods in one round trip, from the watcher's view (never `fresh`).
+
+    Added after `PodsGet`: a watcher that predates it has no responder on `pods.states`, and the
+    asker then falls back to one `PodsGet` per Pod.
+    """
+
+    v: int = CURRENT
+    uids: Annotated[list[str], msgspec.Meta(max_length=PODS_STATES_MAX)]
+
+
+class PodsStatesReply(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodsStatesReply"
+):
+    """One `PodsGetReply` per asked UID, in the order asked, each without its `pod` record."""
+
+    v: int = CURRENT
+    pods: list[PodsGetReply] = []
 
 
 class PendingPodsQuery(

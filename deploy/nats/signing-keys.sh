@@ -13,7 +13,7 @@
 # docs/security.md says the rest.
 set -eu
 
-# pk-watcher: the only publisher of Pod events; answers pods.get and pods.pending; reads the partition audit log (its Event recorder's durable) and dead-letters there.
+# pk-watcher: the only publisher of Pod events; answers pods.get, pods.states and pods.pending; reads the partition audit log (its Event recorder's durable) and dead-letters there.
 nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-pub 'pk.pods.{{tag(node)}}.*' \
   --allow-pub 'pk.dlq.{{tag(node)}}.watcher-events' \
@@ -32,6 +32,7 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-pub '$JS.FC.>' \
   --allow-sub '_INBOX.{{tag(node)}}.watcher.>' \
   --allow-sub 'pk.{{tag(node)}}.pods.get' \
+  --allow-sub 'pk.{{tag(node)}}.pods.states' \
   --allow-sub 'pk.{{tag(node)}}.pods.pending' \
   --allow-sub '$SRV.PING' \
   --allow-sub '$SRV.INFO' \
@@ -102,11 +103,12 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role reclaimer \
   --allow-sub '$SRV.*.pk-reclaimer.*' \
   --allow-pub-response
 
-# pk-gc: consumes this node's Pod events (its durable), asks pods.get and claims.query, announces collected working directories on the node-scope audit subject only; it cannot publish Pod events, claim transitions of a card, or call reclaim.now.
+# pk-gc: consumes this node's Pod events (its durable), asks pods.get, pods.states and claims.query, announces collected working directories on the node-scope audit subject only; it cannot publish Pod events, claim transitions of a card, or call reclaim.now.
 nsc edit signing-key --account PARTKEEPER --sk generate --role gc \
   --allow-pub 'pk.parts.{{tag(node)}}.node' \
   --allow-pub 'pk.dlq.{{tag(node)}}.gc' \
   --allow-pub 'pk.{{tag(node)}}.pods.get' \
+  --allow-pub 'pk.{{tag(node)}}.pods.states' \
   --allow-pub 'pk.{{tag(node)}}.claims.query' \
   --allow-pub '$JS.API.STREAM.INFO.PK_PODS' \
   --allow-pub '$JS.API.STREAM.INFO.PK_PARTITIONS' \

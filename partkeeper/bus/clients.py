@@ -20,6 +20,8 @@ from schemas import (
     PendingPodsReply,
     PodsGet,
     PodsGetReply,
+    PodsStates,
+    PodsStatesReply,
     ReclaimNow,
     ReclaimNowReply,
 )
@@ -27,6 +29,7 @@ from schemas.names import (
     claims_query_subject,
     pods_get_subject,
     pods_pending_subject,
+    pods_states_subject,
     reclaim_now_subject,
 )
 
@@ -48,6 +51,21 @@ class WatcherClient:
                               timeout=self.timeout)
         if reply.uid != uid:
             raise BadReply(f"the watcher answered about Pod {reply.uid}, not {uid}")
+        return reply
+
+    async def states(self, uids: list[str]) -> PodsStatesReply:
+        """The watcher's view of each of `uids` in one round trip (`pods.states`, never fresh).
+
+        Raises `Unanswered` as `pod` does, `NoAnswer` from `NoRespondersError` included when the
+        watcher predates `pods.states`; entries come back in the order asked, or the reply is
+        refused as a whole.
+        """
+        reply = await request(self.nc, pods_states_subject(self.node), PodsStates(uids=uids),
+                              PodsStatesReply, timeout=self.timeout)
+        answered = [p.uid for p in reply.pods]
+        if answered != uids:
+            raise BadReply(f"the watcher answered pods.states about {len(answered)} Pods that "
+                           f"are not the {len(uids)} asked, in order")
         return reply
 
     async def pending(self, resource: str, quantity: int, *, fresh: bool) -> PendingPodsReply:

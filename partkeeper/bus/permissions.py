@@ -104,7 +104,8 @@ def _inbox(service: str) -> tuple[str, ...]:
 
 WATCHER = Role(
     "watcher", "pk-watcher",
-    "the only publisher of Pod events; answers pods.get and pods.pending; reads the partition "
+    "the only publisher of Pod events; answers pods.get, pods.states and pods.pending; reads the "
+    "partition "
     "audit log (its Event recorder's durable) and dead-letters there",
     publish=(
         f"pk.pods.{NODE}.*", f"pk.dlq.{NODE}.watcher-events", f"$KV.{BUCKET_PODS}.{NODE}.>",
@@ -112,8 +113,8 @@ WATCHER = Role(
         *_durable("watcher-events", STREAM_PARTITIONS, f"pk.parts.{NODE}.*"),
         "$JS.FC.>",
     ),
-    subscribe=(*_inbox("watcher"), f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.pending",
-               *_serves(SERVICE_WATCHER)),
+    subscribe=(*_inbox("watcher"), f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.states",
+               f"pk.{NODE}.pods.pending", *_serves(SERVICE_WATCHER)),
     allow_responses=True,
 )
 
@@ -155,12 +156,13 @@ RECLAIMER = Role(
 
 GC = Role(
     "gc", "pk-gc",
-    "consumes this node's Pod events (its durable), asks pods.get and claims.query, announces "
+    "consumes this node's Pod events (its durable), asks pods.get, pods.states and claims.query, "
+    "announces "
     "collected working directories on the node-scope audit subject only; it cannot publish Pod "
     "events, claim transitions of a card, or call reclaim.now",
     publish=(
         f"pk.parts.{NODE}.node", f"pk.dlq.{NODE}.gc",
-        f"pk.{NODE}.pods.get", f"pk.{NODE}.claims.query",
+        f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.states", f"pk.{NODE}.claims.query",
         *_look(), *_durable("gc", STREAM_PODS, f"pk.pods.{NODE}.*"),
     ),
     subscribe=_inbox("gc"),

@@ -8,6 +8,7 @@ another filesystem. Failures raise `WorkdirError` (or its `InvalidName` / `Unsaf
 the path and the reason. All calls are blocking: from asyncio, call them via `asyncio.to_thread`.
 """
 
+from partkeeper.workdir.cache import ScanCache
 from partkeeper.workdir.fd import DeviceOf, st_device
 from partkeeper.workdir.names import (
     CONTAINER_PREFIX,
@@ -53,6 +54,7 @@ __all__ = [
     "PodListing",
     "Purge",
     "RootScan",
+    "ScanCache",
     "UnsafePath",
     "WorkdirError",
     "collect_sliced",

@@ -81,6 +81,12 @@ def open_dir(root: Root, parent_fd: int, name: str, where: Path, *, create: bool
 
 
 def _open_checked(root: Root, parent_fd: int, name: str, where: Path) -> int:
+    return open_dir_stat(root, parent_fd, name, where)[0]
+
+
+def open_dir_stat(root: Root, parent_fd: int, name: str, where: Path) -> tuple[int, os.stat_result]:
+    """`open_dir` without `create`, also returning the `fstat` of what was opened (taken before
+    anything is read through the fd, so a later change to the directory changes its ctime)."""
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
@@ -102,7 +108,7 @@ def _open_checked(root: Root, parent_fd: int, name: str, where: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st
 
 
 @contextlib.contextmanager

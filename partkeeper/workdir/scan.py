@@ -11,7 +11,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from partkeeper.workdir import fd as fdops
 from partkeeper.workdir.names import (
@@ -26,6 +26,13 @@ from partkeeper.workdir.names import (
     is_uid_entry,
     mark_matches,
 )
+
+if TYPE_CHECKING:
+    from partkeeper.workdir.cache import ScanCache
+
+# What a listing was read from, relative to the root, with each one's `fstat` taken before it was
+# read: the scan cache keeps a listing only while every one of them is unchanged.
+Stamps = list[tuple[str, os.stat_result]]
 
 EntryKind = Literal["dir", "file", "symlink", "mount", "other"]
 SlicedState = Literal["absent", "owned", "unmarked", "bad-mark", "unsafe"]
@@ -82,11 +89,16 @@ def _listdir(dir_fd: int, where: Path) -> list[str]:
         raise WorkdirError(where, f"cannot list: {exc.strerror}") from exc
 
 
-def mark_state(r: fdops.Root, sliced_fd: int, uid: str, container: str) -> SlicedState:
+def mark_state(
+    r: fdops.Root, sliced_fd: int, uid: str, container: str, stamps: Stamps | None = None,
+    where: str = "",
+) -> SlicedState:
     """`owned` only for a regular, small mark naming exactly this Pod and container."""
     st = fdops.lstat_at(sliced_fd, MARK)
     if st is None:
         return "unmarked"
+    if stamps is not None:
+        stamps.append((f"{where}/{MARK}", st))
     if not stat.S_ISREG(st.st_mode) or st.st_size > MARK_MAX_BYTES:
         return "bad-mark"
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -107,21 +119,24 @@ def mark_state(r: fdops.Root, sliced_fd: int, uid: str, container: str) -> Slice
 
 
 def _scan_container(
-    r: fdops.Root, pod_fd: int, pod_path: Path, uid: str, entry: str, container: str
+    r: fdops.Root, pod_fd: int, pod_path: Path, uid: str, entry: str, container: str,
+    stamps: Stamps | None,
 ) -> ContainerListing | Entry:
     where = pod_path / entry
     try:
-        cfd = fdops.open_dir(r, pod_fd, entry, where)
+        cfd, st = fdops.open_dir_stat(r, pod_fd, entry, where)
     except UnsafePath:
         found = _entry(r, pod_fd, entry)
         return found or Entry(entry, "other")
+    if stamps is not None:
+        stamps.append((f"{uid}/{entry}", st))
     try:
         descriptors: list[str] = []
         others: list[Entry] = []
         sliced: SlicedState = "absent"
         for name in _listdir(cfd, where):
             if name == SLICED:
-                sliced = _sliced_state(r, cfd, where, uid, container)
+                sliced = _sliced_state(r, cfd, where, uid, container, stamps, f"{uid}/{entry}")
             elif is_descriptor_entry(name):
                 descriptors.append(name)
             elif (found := _entry(r, cfd, name)) is not None:
@@ -131,31 +146,43 @@ def _scan_container(
         os.close(cfd)
 
 
-def _sliced_state(r: fdops.Root, cfd: int, cpath: Path, uid: str, container: str) -> SlicedState:
+def _sliced_state(
+    r: fdops.Root, cfd: int, cpath: Path, uid: str, container: str, stamps: Stamps | None,
+    rel: str,
+) -> SlicedState:
     try:
-        with fdops.opened(r, cfd, SLICED, cpath / SLICED) as sfd:
-            return mark_state(r, sfd, uid, container)
+        sfd, st = fdops.open_dir_stat(r, cfd, SLICED, cpath / SLICED)
     except FileNotFoundError:
         return "absent"
     except UnsafePath:
         return "unsafe"
+    try:
+        if stamps is not None:
+            stamps.append((f"{rel}/{SLICED}", st))
+        return mark_state(r, sfd, uid, container, stamps, f"{rel}/{SLICED}")
+    finally:
+        os.close(sfd)
 
 
-def scan_pod_at(r: fdops.Root, uid: str) -> PodListing:
+def scan_pod_at(r: fdops.Root, uid: str, stamps: Stamps | None = None) -> PodListing:
+    """The listing of `uid` under an open root; `stamps`, if given, collects what it was read
+    from (see `Stamps`)."""
     pod_path = r.path / uid
     try:
-        pod_fd = fdops.open_dir(r, r.fd, uid, pod_path)
+        pod_fd, st = fdops.open_dir_stat(r, r.fd, uid, pod_path)
     except FileNotFoundError:
         return PodListing(uid, "absent")
     except UnsafePath as exc:
         return PodListing(uid, "unsafe", problem=exc.reason)
+    if stamps is not None:
+        stamps.append((uid, st))
     try:
         containers: list[ContainerListing] = []
         others: list[Entry] = []
         for name in _listdir(pod_fd, pod_path):
             container = container_of(name)
             found = (
-                _scan_container(r, pod_fd, pod_path, uid, name, container)
+                _scan_container(r, pod_fd, pod_path, uid, name, container, stamps)
                 if container is not None
                 else _entry(r, pod_fd, name)
             )
@@ -168,10 +195,11 @@ def scan_pod_at(r: fdops.Root, uid: str) -> PodListing:
         os.close(pod_fd)
 
 
-def _scan_pod_reported(r: fdops.Root, uid: str) -> PodListing:
-    # One unreadable Pod directory is reported and left; it must not stop the whole sweep.
+def scan_pod_reported(r: fdops.Root, uid: str, stamps: Stamps | None = None) -> PodListing:
+    """`scan_pod_at`, with an unreadable Pod directory listed as `unsafe` rather than raised: one
+    such directory is reported and left, and must not stop the whole sweep."""
     try:
-        return scan_pod_at(r, uid)
+        return scan_pod_at(r, uid, stamps)
     except WorkdirError as exc:
         return PodListing(uid, "unsafe", problem=str(exc))
 
@@ -189,16 +217,22 @@ def scan_pod(
 
 
 def scan_root(
-    root: Path | str, *, device_of: fdops.DeviceOf = fdops.st_device
+    root: Path | str, *, device_of: fdops.DeviceOf = fdops.st_device,
+    cache: ScanCache | None = None,
 ) -> RootScan:
-    """Every Pod directory under the root, scanned; names that are not Pod UIDs are set apart."""
+    """Every Pod directory under the root, scanned; names that are not Pod UIDs are set apart.
+
+    With `cache`, a Pod directory unchanged since the last scan (partkeeper.workdir.cache) is not
+    read again: its listing is the one kept.
+    """
     try:
         with fdops.open_root(root, device_of=device_of) as r:
             pods: list[PodListing] = []
             others: list[Entry] = []
+            look = cache.begin(r) if cache is not None else scan_pod_reported
             for name in _listdir(r.fd, r.path):
                 if is_uid_entry(name):
-                    pods.append(_scan_pod_reported(r, name))
+                    pods.append(look(r, name))
                 elif (found := _entry(r, r.fd, name)) is not None:
                     others.append(found)
             return RootScan(tuple(pods), tuple(others))

@@ -21,7 +21,7 @@ from partkeeper import faults, workdir
 from partkeeper.bus import backoff, publish
 from partkeeper.config import Config
 from partkeeper.telemetry import logs, metrics
-from schemas import WorkdirCollected, validate_pod_uid
+from schemas import PodsGetReply, WorkdirCollected, validate_pod_uid
 from schemas.names import parts_subject
 from services.gc import ask, decide
 from services.gc.decide import UNANSWERED, Code, Plan, Verdict
@@ -62,19 +62,27 @@ class Collector:
         self.js: JetStreamContext = nc.jetstream()
         self.device_of = device_of
         self.reporter = reporter or Reporter()
+        self.asked = ask.Asked()
+        self.scan_cache = workdir.ScanCache()
         self._busy: dict[str, asyncio.Event] = {}
 
-    async def collect(self, uid: str, listing: workdir.PodListing | None = None) -> Outcome:
+    async def collect(
+        self,
+        uid: str,
+        listing: workdir.PodListing | None = None,
+        pod: PodsGetReply | None = None,
+    ) -> Outcome:
         """Collect what is the GC's of Pod `uid`, if the watcher and the allocator allow it.
 
         `listing` is a recent scan of the directory (the sweep has one) used to decide whether to
-        ask at all; the deletions are always planned on a fresh scan. Raises InvalidPodUID for a
-        malformed UID before any path is built from it.
+        ask at all; the deletions are always planned on a fresh scan. `pod` is the watcher's
+        answer when the sweep already asked (in a batch); otherwise pods.get is asked here.
+        Raises InvalidPodUID for a malformed UID before any path is built from it.
         """
         uid = validate_pod_uid(uid)
         async with self._exclusive(uid):
             try:
-                return await self._collect(uid, listing)
+                return await self._collect(uid, listing, pod)
             except workdir.WorkdirError as exc:
                 logs.decision(log, "gc could not read or delete; will retry", pod_uid=uid,
                               error=str(exc))
@@ -84,14 +92,24 @@ class Collector:
     async def _scan(self, uid: str) -> workdir.PodListing:
         return await asyncio.to_thread(workdir.scan_pod, self.root, uid, device_of=self.device_of)
 
-    async def _collect(self, uid: str, listing: workdir.PodListing | None) -> Outcome:
+    def refused(self, listing: workdir.PodListing, work: Plan, pod: PodsGetReply) -> Outcome:
+        """The sweep's verdict on a Pod the watcher did not confirm gone or finished: nothing is
+        read, asked or deleted (decide.decide refuses before it looks at the claims). `work` is
+        the listing's `decide.candidates`, whose report the sweep has made already."""
+        plan = decide.decide(listing, pod, None, work)
+        return self._not_collected(listing.uid, plan)
+
+    async def _collect(
+        self, uid: str, listing: workdir.PodListing | None, pod: PodsGetReply | None
+    ) -> Outcome:
         listing = listing or await self._scan(uid)
         plan = decide.candidates(listing)
         if plan.verdict == "collect":
-            pod = await ask.pod_state(self.nc, self.node, uid)
+            if pod is None:
+                pod = await ask.pod_state(self.nc, self.node, uid, self.asked)
             claims = None
             if decide.confirmed_done(pod):
-                claims = await ask.pod_claims(self.nc, self.node, uid)
+                claims = await ask.pod_claims(self.nc, self.node, uid, self.asked)
             plan = decide.decide(listing, pod, claims)
             if plan.verdict == "collect":
                 # The answers are final (gone and finished do not revert); the directory may

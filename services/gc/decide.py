@@ -85,9 +85,16 @@ def candidates(listing: PodListing) -> Plan:
     return Plan("collect", "confirmed", "owned artifacts", sliced, emptied, pod_rmdir, report)
 
 
-def decide(listing: PodListing, pod: PodsGetReply | None, claims: ClaimsReply | None) -> Plan:
-    """The deletions allowed for this Pod, given both answers (None: unanswered)."""
-    work = candidates(listing)
+def decide(
+    listing: PodListing,
+    pod: PodsGetReply | None,
+    claims: ClaimsReply | None,
+    work: Plan | None = None,
+) -> Plan:
+    """The deletions allowed for this Pod, given both answers (None: unanswered).
+
+    `work` is `candidates(listing)` when the caller has it already (the sweep does)."""
+    work = work or candidates(listing)
     if work.verdict != "collect":
         return work
     uid = listing.uid

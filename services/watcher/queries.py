@@ -10,10 +10,18 @@ from __future__ import annotations
 import logging
 
 from partkeeper.bus.rpc import Endpoint
-from schemas import PendingPodsQuery, PendingPodsReply, PodRecord, PodsGet, PodsGetReply
-from schemas.names import pods_get_subject, pods_pending_subject
+from schemas import (
+    PendingPodsQuery,
+    PendingPodsReply,
+    PodRecord,
+    PodsGet,
+    PodsGetReply,
+    PodsStates,
+    PodsStatesReply,
+)
+from schemas.names import pods_get_subject, pods_pending_subject, pods_states_subject
 from schemas.pods import InvalidPodUID, validate_pod_uid
-from services.watcher import answers, observe
+from services.watcher import answers, observe, states
 from services.watcher.decide import Seen
 from services.watcher.kube import Kube, KubeError
 from services.watcher.pods import Resources
@@ -36,7 +44,11 @@ class Queries:
             Endpoint("pods-get", pods_get_subject(node), PodsGet, self.pods_get),
             Endpoint("pods-pending", pods_pending_subject(node), PendingPodsQuery,
                      self.pods_pending),
+            Endpoint("pods-states", pods_states_subject(node), PodsStates, self.pods_states),
         ]
+
+    async def pods_states(self, query: PodsStates) -> PodsStatesReply:
+        return await states.pods_states(self.view, self.sync, self.kube.node, query)
 
     async def pods_get(self, query: PodsGet) -> PodsGetReply:
         try:

@@ -28,6 +28,8 @@ from schemas import (
     PodSeen,
     PodsGet,
     PodsGetReply,
+    PodsStates,
+    PodsStatesReply,
     WorkdirCollected,
     decode,
 )
@@ -38,6 +40,7 @@ from schemas.names import (
     durable_name,
     parts_subject,
     pods_get_subject,
+    pods_states_subject,
     pods_subject,
 )
 
@@ -93,10 +96,12 @@ class Asked:
 
 
 class FakeWatcher:
-    """pods.get from a table: uid -> state (missing: unknown); 'error' answers with an error."""
+    """pods.get and pods.states from a table: uid -> state (missing: unknown); 'error' answers
+    with an error (for pods.states, the whole batch). `batch=False` plays a watcher that predates
+    pods.states (services/watcher/states.py): no responder there."""
 
-    def __init__(self, nc: Client, node: str) -> None:
-        self.nc, self.node = nc, node
+    def __init__(self, nc: Client, node: str, *, batch: bool = True) -> None:
+        self.nc, self.node, self.batch = nc, node, batch
         self.states: dict[str, str] = {}
         self.asked = Asked()
         self.service: Service | None = None
@@ -108,10 +113,17 @@ class FakeWatcher:
             raise RuntimeError("the watcher's test double was told to fail")
         return PodsGetReply(uid=body.uid, state=state, evidence="test table")  # type: ignore[arg-type]  # the table's state as a plain str
 
+    async def answer_many(self, body: PodsStates) -> PodsStatesReply:
+        return PodsStatesReply(pods=[await self.answer(PodsGet(uid=uid)) for uid in body.uids])
+
     async def start(self) -> FakeWatcher:
+        endpoints = [Endpoint("pods-get", pods_get_subject(self.node), PodsGet, self.answer)]
+        if self.batch:
+            endpoints.append(Endpoint("pods-states", pods_states_subject(self.node), PodsStates,
+                                      self.answer_many))
         self.service = await bus.serve(
             self.nc, name="pk-watcher", version="0.0.1", description="test double",
-            endpoints=[Endpoint("pods-get", pods_get_subject(self.node), PodsGet, self.answer)],
+            endpoints=endpoints,
         )
         return self
 

@@ -27,6 +27,7 @@ from schemas import (
     PendingPodsQuery,
     PodGone,
     PodsGet,
+    PodsStates,
     ReclaimNow,
     SchemaError,
     decode_request,
@@ -39,6 +40,7 @@ from schemas.names import (
     encode_token,
     pods_get_subject,
     pods_pending_subject,
+    pods_states_subject,
     reclaim_now_subject,
 )
 
@@ -138,7 +140,8 @@ def error_body(data: bytes, code: int) -> bool:
 
 async def not_refused(nc: Client, node: str) -> list[str]:
     """Each request subject with each garbage body: the replies that are not a 400 error."""
-    subjects = {pods_get_subject(node): PodsGet, pods_pending_subject(node): PendingPodsQuery,
+    subjects = {pods_get_subject(node): PodsGet, pods_states_subject(node): PodsStates,
+                pods_pending_subject(node): PendingPodsQuery,
                 claims_query_subject(node): ClaimsQuery, reclaim_now_subject(node): ReclaimNow}
     wrong = []
     for subject, kind in subjects.items():
