@@ -62,9 +62,9 @@ def kind_of(subject: str, headers: dict[str, str] | None, *, reply: bool) -> str
     client's internals): `$KV.<bucket>.<key>` is a KV write, a CAS when it carries the expected
     subject sequence; `$JS.API.DIRECT.GET` and `STREAM.MSG.GET` are reads; any other request
     carrying `Nats-Msg-Id` is a JetStream publish (partkeeper's `publish` always sets it)."""
+    if subject.startswith("$JS.ACK."):
+        return "ack"  # a plain ack, or one the server confirms (`ack_sync`)
     if not reply:
-        if subject.startswith("$JS.ACK."):
-            return "ack"
         return "core publish"
     if subject.startswith(KV_PREFIX):
         bucket = subject.split(".", 2)[1]
