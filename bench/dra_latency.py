@@ -17,7 +17,7 @@ and waits until its device is offered again. Stamps, all on arrival of a pushed 
 
 Every wait has a deadline; a miss counts as infinitely slow. Each figure is printed beside its
 floor, the bare round trips of its path measured at the end of the run on the stack's own
-nats-server and in its kubelet socket directory (bench.floors), and the goals issue 27 states
+nats-server and in its DRA plugin socket directory (bench.floors), and the goals issue 27 states
 (DRA prepare p99 < 20 ms; DRA Pod deleted -> slices re-published p99 < 100 ms).
 
 Slice writes are counted from the same ResourceSlice watch (every ADDED, MODIFIED or DELETED of
@@ -283,7 +283,9 @@ async def measure_async(cycles: int, bystanders: int
                 session(stack, cycles, bystanders),
                 timeout=60 + (cycles + bystanders) * 3 * DEADLINE, what="the DRA benchmark",
                 log=layout.log("allocator"))
-            floors = await floor.measure(stack.nats_url, stack.config.kubelet_dir)
+            # the directory of the plugin socket kubelet calls NodePrepareResources on
+            floors = await floor.measure(stack.nats_url,
+                                         stack.config.kubelet_plugins_dir / DRIVER)
             return done, still, floors
         finally:
             await stack.nc.close()
