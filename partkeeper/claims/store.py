@@ -71,13 +71,24 @@ class ClaimsStore:
         wanted = sorted(set(cards or []) | set(await self.cards()))
         return {card: await self.read(card) for card in wanted}
 
-    async def update(self, card: int, mutate: Mutation) -> tuple[CardClaims, int]:
+    async def update(
+        self, card: int, mutate: Mutation, *, known: tuple[CardClaims, int] | None = None
+    ) -> tuple[CardClaims, int]:
         """Apply `mutate` with compare-and-set; returns the written document and revision.
 
         `mutate` may raise TransitionError to refuse; nothing is written then. Returning the
         same object means "no change" and writes nothing.
+
+        `known`: the document and revision the caller read or wrote a moment ago. The first
+        attempt writes against it without reading; the revision makes that safe (a stale one is
+        refused by the server). Only a write is taken from it: a mutation that changes nothing
+        or refuses on it is judged again on a fresh read, so the outcome is the one without it.
         """
         key = claims_key(self.node, card)
+        if known is not None:
+            done = await self._write_on(key, mutate, *known)
+            if done is not None:
+                return done
         for attempt in range(1, self.max_conflicts + 1):
             doc, revision = await self.read(card)
             new = mutate(doc)
@@ -94,3 +105,23 @@ class ClaimsStore:
                 continue
             return new, int(written)
         raise ConflictExhausted(f"claims of card {card}: {self.max_conflicts} conflicts in a row")
+
+    async def _write_on(
+        self, key: str, mutate: Mutation, doc: CardClaims, revision: int
+    ) -> tuple[CardClaims, int] | None:
+        """`mutate(doc)` written against `revision`; None when it changed nothing, refused, or
+        the revision is no longer the latest (the caller reads afresh)."""
+        try:
+            new = mutate(doc)
+        except Exception:
+            return None
+        if new is doc:
+            return None
+        try:
+            if revision == 0:
+                written = await self.kv.create(key, encode(new))
+            else:
+                written = await self.kv.update(key, encode(new), last=revision)
+        except KeyWrongLastSequenceError:
+            return None
+        return new, int(written)

@@ -234,6 +234,7 @@ class Allocator:
             async with self.ctx.placing:
                 snap = await self._snapshot(known)
                 known = None  # every later attempt reads afresh
+                writes.track(snap.docs, snap.revisions)  # the claim writes go against it
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids))
                 if spots is not None:

@@ -41,9 +41,9 @@ RESOURCE = "nvidia.com/mig-1g.10gb"
 # One Allocate of a fresh Pod the kubelet admits once (the common case), on a node with room.
 # Each line is a step of docs/contract.md section 5; see docs/benchmarks.md, "Allocate".
 ALLOCATE = {
-    # the card's claims: once for the retry check, the Pod lookup and the plan, then once
-    # inside each compare-and-set (ClaimsStore.update reads the revision it writes against)
-    "kv read pk-claims": 3,
+    # the card's claims, once: the retry check, the Pod lookup and the plan share it, and both
+    # compare-and-sets write against it and then against the first one's revision
+    "kv read pk-claims": 1,
     "request pods.pending": 1,  # which Pod: the watcher's view
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
     "publish pk.parts": 2,  # ClaimChanged creating, then active (the audit stream)

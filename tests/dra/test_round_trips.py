@@ -21,7 +21,8 @@ from partkeeper.kubelet import dra_pb2_grpc, open_unix_channel
 # One prepare of a claim the scheduler allocated, prepared once (the common case): see
 # docs/benchmarks.md, "DRA prepare".
 PREPARE = {
-    "kv read pk-claims": 3,  # the card's claims: to plan, then inside each compare-and-set
+    # the card's claims, once: both compare-and-sets write against it, then against the first
+    "kv read pk-claims": 1,
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
     "publish pk.parts": 2,  # ClaimChanged creating, then active (the audit stream)
 }

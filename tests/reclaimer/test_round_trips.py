@@ -28,9 +28,10 @@ from services.reclaimer.main import serve
 # common case): release, destroy, remove, each step of docs/reclaimer.md; see
 # docs/benchmarks.md, "Reclaim".
 RECLAIM = {
-    # the claims: every card's, to find the Pod's; then the card's before each step (release,
-    # destroy, remove, and once more to see it gone), and inside each compare-and-set
-    "kv read pk-claims": 7,
+    # the claims: every card's (two here), to find the Pod's; then the card's before each step
+    # (release, destroy, remove, and once more to see it gone); each compare-and-set writes
+    # against the read its step was decided on
+    "kv read pk-claims": 5,
     "kv cas pk-claims": 2,  # active -> releasing before the destroy, then removed after it
     "publish pk.parts": 2,  # ClaimChanged releasing, ClaimChanged removed (the audit stream)
     "ack": 1,  # the PodGone, once handled
