@@ -28,7 +28,7 @@ from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim
 from services.reclaimer.context import Context
-from services.reclaimer.decide import Decision, Step, decide, sighting
+from services.reclaimer.decide import Decision, Step, decide, needs_sighting, sighting
 from services.reclaimer.pods import Evidence
 from services.reclaimer.spans import failed, step
 from services.reclaimer.tuning import retry_delay
@@ -74,7 +74,7 @@ async def attempt(
     claim = doc.claims.get(claim_id)
     if claim is None:
         return Outcome(card, claim_id, True, "the claim is no longer in the store")
-    instances = await ctx.instances(card)
+    instances = await ctx.instances(card) if needs_sighting(claim, evidence.pod) else None
     seen = sighting(doc, claim_id, instances, ctx.driver.same_partition)
     chosen = decide(claim, seen, evidence.pod, time.time(),
                     create_timeout=ctx.tuning.create_timeout)
