@@ -75,6 +75,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                  cycles=RECLAIM_CYCLES)),
     External("DRA latency", "bench.dra_latency", ("--cycles", "100")),
     External("NVML calls", "bench.nvml_calls", ("--rounds", "200", "--busy", "6")),
+    External("fuzzing at volume", "bench.fuzz", ("--inputs", "100000")),
 )
 
 

@@ -1,5 +1,5 @@
-"""The `partkeeper` command: run a service, the embedded stack, status, the simulated driver, and
-the read-only probe of the node's driver."""
+"""The `partkeeper` command: run a service, the embedded stack, provisioning, status, the
+simulated driver, and the read-only probe of the node's driver."""
 
 from __future__ import annotations
 
@@ -31,6 +31,34 @@ def _status(args: argparse.Namespace) -> int:
     return status.main(args)
 
 
+def _provision(args: argparse.Namespace) -> int:
+    """Create or update the contract's streams and buckets (the one identity that may)."""
+    import asyncio
+
+    from partkeeper.bus.topology import ProvisionError, provision
+    from partkeeper.config import ConfigError, load
+    from partkeeper.telemetry import logs
+
+    logs.setup("provision")
+    try:
+        config = load()
+    except ConfigError as exc:
+        print(f"partkeeper provision: {exc}", file=sys.stderr)
+        return 2
+
+    async def run() -> list[str]:
+        return await provision(config, deadline=asyncio.get_running_loop().time() + args.timeout)
+
+    try:
+        made = asyncio.run(run())
+    except ProvisionError as exc:
+        print(f"partkeeper provision: {exc}", file=sys.stderr)
+        return 1
+    print(f"partkeeper provision: {', '.join(made)} ready with {config.stream_replicas} "
+          f"replica(s) on {','.join(config.nats_urls)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from partkeeper.drivers import probe, sim_cli
 
@@ -51,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--mode", choices=("deviceplugin", "dra"), default="deviceplugin",
                     help="dra: ResourceSlices, a simulated scheduler and a DRA kubelet")
     up.set_defaults(func=_up)
+
+    provision = sub.add_parser(
+        "provision", help="create or update the streams and buckets (NATS_* variables)")
+    provision.add_argument("--timeout", type=float, default=120.0,
+                           help="seconds to keep trying while NATS or JetStream is not ready")
+    provision.set_defaults(func=_provision)
 
     status = sub.add_parser("status", help="cards, partitions, claims and capacity, read from NATS")
     status.add_argument("--json", action="store_true", help="machine-readable output")

@@ -204,7 +204,7 @@ class Config:
         "PK_RESYNC_SECONDS", "period of the reclaimer's and GC's reconcile passes",
         number(minimum=0.05), 10.0)
     stream_replicas: int = setting(
-        "PK_STREAM_REPLICAS", "replicas of the streams and buckets the services create",
+        "PK_STREAM_REPLICAS", "replicas of the streams and buckets `partkeeper provision` creates",
         integer(minimum=1), 1, shown="`1` (3 in `deploy/`)")
     slices_per_card: int = setting(
         "PK_SLICES_PER_CARD", "logical slices offered per sliced card", integer(minimum=1), 4)

@@ -23,6 +23,7 @@ POINTS = frozenset(
         "reclaimer.after_destroy",
         "gc.before_delete",
         "watcher.before_publish",
+        "claims.after_write",  # a claim transition is written, its audit event not yet sent
     }
 )
 

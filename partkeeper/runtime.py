@@ -4,9 +4,9 @@
 configuration, no driver library, a metrics port taken), after one JSON log line saying why. It
 exits 0 after SIGTERM/SIGINT. Anything else, a NATS server that restarts, a cluster electing its
 leaders, a bug that ends `body`, is logged and outlived: the connection reconnects by itself, the
-streams are created again until JetStream answers, and a `body` that fails is started again after
-a backoff, on the same connection (what Kubernetes would do by restarting the container, without
-losing the process).
+service waits (not ready) until `partkeeper provision` has created the streams, and a `body` that
+fails is started again after a backoff, on the same connection (what Kubernetes would do by
+restarting the container, without losing the process).
 """
 
 from __future__ import annotations
@@ -117,19 +117,24 @@ def _failure(task: asyncio.Future[None]) -> str:
 
 
 async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) -> bool:
-    """Create the streams and buckets, retrying while JetStream cannot answer yet (a new cluster
-    still electing its stream leaders). False if told to stop first."""
+    """Wait until the streams and buckets exist (`partkeeper provision` creates them; a service
+    never does), retrying while JetStream cannot answer yet. Not ready meanwhile, one line per
+    look saying what is missing. False if told to stop first."""
     attempt = 0
     while not stop.is_set():
         attempt += 1
         try:
-            await bus.ensure_topology(nc.jetstream(), replicas=config.stream_replicas)
-            return True
+            missing = await bus.missing_topology(nc.jetstream())
         except Exception as exc:
-            wait = bus.backoff.delay(attempt, base=0.5, cap=10)
-            log.warning("JetStream not ready (%s); creating streams again in %.1fs",
-                        exc or type(exc).__name__, wait)
-            await woken_or_timeout(stop, wait)
+            problem = f"JetStream not ready ({exc or type(exc).__name__})"
+        else:
+            if not missing:
+                return True
+            problem = (f"not ready: waiting for `partkeeper provision` to create "
+                       f"{', '.join(missing)}")
+        wait = bus.backoff.delay(attempt, base=0.5, cap=10)
+        log.warning("%s; looking again in %.1fs", problem, wait)
+        await woken_or_timeout(stop, wait)
     return False
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from schemas.events import ClaimState, GoneEvidence
+from schemas.events import ClaimChanged, ClaimState, GoneEvidence
 from schemas.pods import ContainerRequest, PodPhase, PodState
 from schemas.version import CURRENT
 
@@ -56,13 +56,26 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     unprepared_at: float = 0.0
 
 
+class Unpublished(msgspec.Struct, frozen=True, kw_only=True):
+    """A claim transition written in this document whose audit event may not be on PK_PARTITIONS
+    yet: written with the transition (the same compare-and-set), removed once published. It is
+    re-sent with the same `Nats-Msg-Id`, so the stream's duplicate window keeps it once."""
+
+    msg_id: str
+    event: ClaimChanged
+
+
 class CardClaims(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="CardClaims"):
-    """Every claim on one card. The KV revision of this document fences all writers of the card."""
+    """Every claim on one card. The KV revision of this document fences all writers of the card.
+
+    `outbox` (added after version 1 documents were first written; absent there, read as empty)
+    holds the transitions not yet known to be on the audit log (claims/outbox.py)."""
 
     v: int = CURRENT
     node: str
     card: int
     claims: dict[str, Claim] = {}
+    outbox: list[Unpublished] = []
 
 
 class PodRecord(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodRecord"):

@@ -171,7 +171,10 @@ DAY = 86_400.0
 
 STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec(STREAM_PODS, ("pk.pods.>",), max_age_seconds=7 * DAY),
-    StreamSpec(STREAM_PARTITIONS, ("pk.parts.>",), max_age_seconds=30 * DAY),
+    # The claims outbox re-sends a transition whose publish may have landed (claims/outbox.py):
+    # a re-send within this window is dropped, so it covers a bus outage that long.
+    StreamSpec(STREAM_PARTITIONS, ("pk.parts.>",), max_age_seconds=30 * DAY,
+               duplicate_window_seconds=15 * 60.0),
     StreamSpec(STREAM_DLQ, ("pk.dlq.>",), max_age_seconds=30 * DAY),
 )
 

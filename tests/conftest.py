@@ -29,10 +29,21 @@ from tests_support.watcher import FAST, Published, RunningWatcher, WatcherProces
 
 @pytest.fixture(scope="session")
 def nats_server() -> Iterator[NatsServer]:
+    """One server for the session, provisioned (streams and buckets) as a deployment's is before
+    any service starts: services only check that the topology exists."""
     server = NatsServer().start()
+    asyncio.run(_provisioned(server.url))
     yield server
     server.stop()
     shutil.rmtree(server.store_dir, ignore_errors=True)
+
+
+async def _provisioned(url: str) -> None:
+    client = await nats.connect(url)
+    try:
+        await ensure_topology(client.jetstream())
+    finally:
+        await client.close()
 
 
 @pytest.fixture(scope="session")

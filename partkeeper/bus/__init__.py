@@ -5,7 +5,7 @@ from partkeeper.bus.connection import connect
 from partkeeper.bus.consumer import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.publish import publish
 from partkeeper.bus.rpc import BadReply, NoAnswer, RemoteError, Unanswered, request, serve
-from partkeeper.bus.topology import ensure_topology
+from partkeeper.bus.topology import ensure_topology, missing_topology
 
 __all__ = [
     "BadReply",
@@ -18,6 +18,7 @@ __all__ = [
     "backoff",
     "connect",
     "ensure_topology",
+    "missing_topology",
     "publish",
     "request",
     "serve",

@@ -8,8 +8,10 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
+from partkeeper.bus.permissions import PROVISION, inbox_prefix
 from partkeeper.config import Config
 from partkeeper.telemetry import metrics
+from schemas.names import encode_token
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,9 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
     """Connect, retrying while the server is unreachable; reconnect forever afterwards.
 
     Services must not die when NATS restarts: the client buffers while reconnecting and the
-    durable consumers resume where they were.
+    durable consumers resume where they were. Replies come to the connection's private inbox,
+    `_INBOX.<node token>.<name>` (provisioning, which serves no node: `_INBOX._cluster.provision`),
+    the only inbox its NATS user may subscribe to (bus/permissions.py).
     """
 
     async def on_error(exc: Exception) -> None:
@@ -38,6 +42,8 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
     options: dict[str, Any] = {
         "servers": list(config.nats_urls),
         "name": f"partkeeper-{name}-{config.node}",
+        "inbox_prefix": inbox_prefix(name, None if name == PROVISION
+                                     else encode_token(config.node)),
         "connect_timeout": connect_timeout,
         "reconnect_time_wait": 0.5,
         # A connection that stops answering (a half-open TCP connection, a black-holed route)

@@ -3,23 +3,33 @@
 `update(card, mutate)` is the one writer: read the document and its revision, apply a pure
 mutation, write with "expected last revision", retry on a conflict. Nothing else calls put. The
 revision fences the allocator and the reclaimer of a card across processes without a shared lock.
+
+A store that `announce`s (the allocator's and the reclaimer's) is also the outbox of the audit
+log (outbox.py): each write carries its transitions' `ClaimChanged` entries, published after the
+write and stripped once published; `flush_outbox` re-sends whatever an earlier write or process
+left there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from partkeeper import faults
 from partkeeper.bus import backoff
 from partkeeper.bus.kv import Bucket, entries
-from partkeeper.claims import machine
+from partkeeper.bus.publish import publish
+from partkeeper.claims import machine, outbox
 from schemas import CardClaims, SchemaError, decode, encode
-from schemas.names import claims_key, claims_prefix, decode_token
+from schemas.names import claims_key, claims_prefix, decode_token, parts_subject
 
 log = logging.getLogger(__name__)
+PUBLISH_SECONDS = 2.0  # an audit publish that takes longer is left in the outbox for later
 
 Mutation = Callable[[CardClaims], CardClaims]
 
@@ -33,12 +43,15 @@ class ConflictExhausted(Exception):
 
 
 class ClaimsStore:
-    def __init__(self, bucket: Bucket, node: str, *, max_conflicts: int = 64) -> None:
+    def __init__(self, bucket: Bucket, node: str, *, max_conflicts: int = 64,
+                 announce: bool = False) -> None:
         self.bucket = bucket
         self.kv = bucket.kv
         self.node = node
         self.max_conflicts = max_conflicts
         self.conflicts = 0  # CAS conflicts seen, for metrics and tests
+        self.announce = announce
+        self._published: dict[int, set[str]] = {}  # per card: outbox entries known to be sent
 
     async def read(self, card: int) -> tuple[CardClaims, int]:
         """The card's document and its revision (0: no document yet). Raises StoreReadError."""
@@ -72,12 +85,14 @@ class ClaimsStore:
         return {card: await self.read(card) for card in wanted}
 
     async def update(
-        self, card: int, mutate: Mutation, *, known: tuple[CardClaims, int] | None = None
+        self, card: int, mutate: Mutation, *, reasons: Mapping[str, str] | None = None,
+        known: tuple[CardClaims, int] | None = None,
     ) -> tuple[CardClaims, int]:
         """Apply `mutate` with compare-and-set; returns the written document and revision.
 
         `mutate` may raise TransitionError to refuse; nothing is written then. Returning the
-        same object means "no change" and writes nothing.
+        same object means "no change" and writes nothing. `reasons` (by claim id) go into the
+        audit entries of this write's transitions (outbox.transitions).
 
         `known`: the document and revision the caller read or wrote a moment ago. The first
         attempt writes against it without reading; the revision makes that safe (a stale one is
@@ -86,37 +101,35 @@ class ClaimsStore:
         """
         key = claims_key(self.node, card)
         if known is not None:
-            done = await self._write_on(key, mutate, *known)
-            if done is not None:
-                return done
+            doc, revision = known
+            try:
+                new = mutate(doc)
+            except Exception:
+                new = doc  # judged again below, on a fresh read
+            if new is not doc:
+                done = await self._put(card, key, doc, revision, new, reasons)
+                if done is not None:
+                    return done
         for attempt in range(1, self.max_conflicts + 1):
             doc, revision = await self.read(card)
             new = mutate(doc)
             if new is doc:
                 return doc, revision
-            try:
-                if revision == 0:
-                    written = await self.kv.create(key, encode(new))
-                else:
-                    written = await self.kv.update(key, encode(new), last=revision)
-            except KeyWrongLastSequenceError:
-                self.conflicts += 1
-                await asyncio.sleep(backoff.delay(attempt, base=0.002, cap=0.05))
-                continue
-            return new, int(written)
+            done = await self._put(card, key, doc, revision, new, reasons)
+            if done is not None:
+                return done
+            self.conflicts += 1
+            await asyncio.sleep(backoff.delay(attempt, base=0.002, cap=0.05))
         raise ConflictExhausted(f"claims of card {card}: {self.max_conflicts} conflicts in a row")
 
-    async def _write_on(
-        self, key: str, mutate: Mutation, doc: CardClaims, revision: int
+    async def _put(
+        self, card: int, key: str, doc: CardClaims, revision: int, new: CardClaims,
+        reasons: Mapping[str, str] | None,
     ) -> tuple[CardClaims, int] | None:
-        """`mutate(doc)` written against `revision`; None when it changed nothing, refused, or
-        the revision is no longer the latest (the caller reads afresh)."""
-        try:
-            new = mutate(doc)
-        except Exception:
-            return None
-        if new is doc:
-            return None
+        """Write `new`, mutated from `doc`, against `revision` with its audit entries, then send
+        them; None when another writer has moved the revision on (nothing written)."""
+        if self.announce:
+            new = outbox.record(doc, new, self._published.get(card, set()), time.time(), reasons)
         try:
             if revision == 0:
                 written = await self.kv.create(key, encode(new))
@@ -124,4 +137,46 @@ class ClaimsStore:
                 written = await self.kv.update(key, encode(new), last=revision)
         except KeyWrongLastSequenceError:
             return None
+        if self.announce:
+            await faults.reach("claims.after_write")
+            await self._send(card, new)
         return new, int(written)
+
+    async def _send(self, card: int, doc: CardClaims) -> None:
+        """Publish the outbox entries of `doc` not yet sent, oldest first, stopping at the first
+        that fails (it and the rest stay recorded; `flush_outbox` or the next write re-sends)."""
+        sent = self._published.setdefault(card, set())
+        sent.intersection_update(e.msg_id for e in doc.outbox)  # the stripped are forgotten
+        for entry in doc.outbox:
+            if entry.msg_id in sent:
+                continue
+            try:
+                await publish(self.bucket.js, parts_subject(self.node, card), entry.event,
+                              msg_id=entry.msg_id, timeout=PUBLISH_SECONDS)
+            except Exception as exc:
+                log.warning("audit entry %s of card %d kept in the claims document, to be sent "
+                            "again: %s", entry.msg_id, card, exc or type(exc).__name__,
+                            extra={"card": card, "claim_id": entry.event.claim_id,
+                                   "pod_uid": entry.event.pod_uid})
+                return
+            sent.add(entry.msg_id)
+
+    async def flush_outbox(self) -> int:
+        """Send what the documents still hold (an earlier write's failed publish, a process that
+        died between a write and its publish) and strip what is sent. Returns the entries left;
+        raises StoreReadError when the documents cannot be read."""
+        left = 0
+        for card, (doc, _) in (await self.read_all()).items():
+            if not doc.outbox:
+                continue
+            await self._send(card, doc)
+            sent = frozenset(self._published.get(card, ()))
+            if sent:
+                try:
+                    doc, _ = await self.update(card, functools.partial(outbox.strip,
+                                                                       published=sent))
+                except Exception as exc:
+                    log.warning("could not strip the sent audit entries of card %d (sent again "
+                                "later, de-duplicated): %s", card, exc, extra={"card": card})
+            left += sum(1 for e in doc.outbox if e.msg_id not in sent)
+        return left

@@ -160,7 +160,8 @@ class Demo:
         return up, waiting
 
     async def show_status(self) -> None:
-        doc = await node_status.gather(self.stack.node, (self.stack.nats_url,))
+        doc = await node_status.gather(self.stack.node, (self.stack.nats_url,),
+                                       auth=self.stack.auth)
         for card in doc["cards"]:
             for claim in card["claims"]:
                 self.say(f"status: card {card['index']} {claim['profile']} at "

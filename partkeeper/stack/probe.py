@@ -48,7 +48,7 @@ class Probe:
 
     async def status(self) -> dict[str, Any]:
         """What `partkeeper status --json` prints."""
-        return await gather(self.stack.node, (self.stack.nats_url,))
+        return await gather(self.stack.node, (self.stack.nats_url,), auth=self.stack.auth)
 
     async def carve(self, card: int, profile: str) -> Instance:
         return await asyncio.to_thread(self.driver.carve, card, profile)

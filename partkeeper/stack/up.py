@@ -105,7 +105,7 @@ async def _demo(stack: Stack, supervisor: Supervisor, console: Console) -> int:
 
 
 def _print_ready(console: Console, stack: Stack, seconds: float) -> None:
-    layout, env = stack.layout, stack.shell_env()
+    layout = stack.layout
     cards = f"{len(CARDS)}x {CARDS[0]} (partitions), {len(SLICED)}x {SLICED[0]} (logical slices)"
     text = [
         f"partkeeper up: ready in {seconds:.1f}s (node {stack.node})",
@@ -116,8 +116,9 @@ def _print_ready(console: Console, stack: Stack, seconds: float) -> None:
         f"  logs        {layout.logs_dir}/<nats|cluster|watcher|allocator|reclaimer|gc>.log",
         f"  processes   {layout.pids_file}",
         "  from another shell:",
-        f"    . {layout.env_file}   # sets NATS_URL, PK_NODE_NAME, KUBECONFIG, PK_SIM_STATE",
-        f"    NATS_URL={env['NATS_URL']} PK_NODE_NAME={stack.node} partkeeper status",
+        f"    . {layout.env_file}   # sets NATS_URL, NATS_USER/NATS_PASSWORD (pk-admin), "
+        "PK_NODE_NAME, KUBECONFIG, PK_SIM_STATE",
+        "    partkeeper status",
         f"    partkeeper sim list --state {layout.cluster.sim_state}",
         f"    Pods: any Kubernetes client with KUBECONFIG={stack.kubeconfig}, "
         f"spec.nodeName {stack.node}",

@@ -36,7 +36,8 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
     claims = await Bucket.open(js, BUCKET_CLAIMS)
     changes = Changes()
     ctx = Context(
-        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node), driver=driver,
+        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node, announce=True),
+        driver=driver,
         cards=cards,
         offers=catalog.offers(cards, prefix=config.resource_prefix,
                               sliced_resource=config.sliced_resource,

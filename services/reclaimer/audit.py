@@ -16,6 +16,7 @@ import msgspec
 from nats.js import JetStreamContext
 
 from partkeeper.bus import publish
+from partkeeper.claims import ClaimsStore
 from partkeeper.drivers.base import Instance
 from schemas import Claim, ClaimChanged, DestroyFailed, ForeignFound, ForeignGone
 from schemas.events import ClaimState
@@ -26,9 +27,10 @@ MAX_PENDING = 10_000  # beyond this the oldest unpublished entries are dropped, 
 
 
 class Audit:
-    def __init__(self, js: JetStreamContext, node: str) -> None:
+    def __init__(self, js: JetStreamContext, node: str, store: ClaimsStore | None = None) -> None:
         self.js = js
         self.node = node
+        self.store = store  # the claims outbox, flushed with the rest
         self.pending: deque[tuple[str, msgspec.Struct, str]] = deque()
         self._order = asyncio.Lock()  # one flusher at a time keeps the log in step order
 
@@ -40,7 +42,14 @@ class Audit:
             log.error("audit backlog full; dropped %s %s", type(lost).__name__, lost_id)
         await self.flush()
 
-    async def flush(self) -> None:
+    async def flush(self, *, outbox: bool = False) -> None:
+        """Send what this process kept; with `outbox` (each reconcile pass) also the claims
+        outbox: transitions any process of the node left unannounced (claims/outbox.py)."""
+        if outbox and self.store is not None:
+            try:
+                await self.store.flush_outbox()
+            except Exception as exc:
+                log.warning("the claims outbox could not be read; sent at a later pass: %s", exc)
         async with self._order:
             while self.pending:
                 subject, event, msg_id = self.pending[0]

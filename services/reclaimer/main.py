@@ -51,8 +51,8 @@ async def serve(
 ) -> None:
     """Run the reclaimer on `nc` until cancelled; `ready` is set once its endpoint answers."""
     js = nc.jetstream()
-    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), config.node)
-    ctx = Context(config, nc, js, store, open_driver(config), Audit(js, config.node), tuning)
+    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), config.node, announce=True)
+    ctx = Context(config, nc, js, store, open_driver(config), Audit(js, config.node, store), tuning)
     jobs = Jobs(ctx)
     consumer = ConsumerRunner(
         js,

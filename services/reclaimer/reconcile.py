@@ -67,7 +67,7 @@ class Reconciler:
 
     async def pass_once(self) -> bool:
         """One pass; False when it was skipped because something could not be read."""
-        await self.ctx.audit.flush()
+        await self.ctx.audit.flush(outbox=True)
         snap = await self._snapshot()
         if snap is None:
             self.skipped += 1

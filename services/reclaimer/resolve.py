@@ -213,7 +213,8 @@ async def _removal(ctx: Context, claim: Claim, reason: str, known: Known | None)
         removed = True
         return machine.remove(doc, claim.id)
 
-    doc, _ = await ctx.store.update(claim.card, mutate, known=known)
+    doc, _ = await ctx.store.update(claim.card, mutate, reasons={claim.id: reason},
+                                    known=known)
     if claim.id in doc.claims:
         return Again()
     if removed:

@@ -10,9 +10,6 @@ import asyncio
 import logging
 
 from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError
-from nats.js.kv import KeyValue
 
 import partkeeper
 from partkeeper import bus, runtime
@@ -42,7 +39,7 @@ async def serve(
     answer and the first LIST is applied."""
     tuning = tuning or Tuning()
     js = nc.jetstream()
-    view = PodView(js, await _bucket(js), config.node)
+    view = PodView(js, await js.key_value(BUCKET_PODS), config.node)
     await _load(view, tuning)
     kube = await Kube.connect(config, request_timeout=tuning.request_timeout)
     sync = Sync(kube, view, Resources(config.resource_prefix, config.sliced_resource), tuning)
@@ -65,14 +62,6 @@ async def serve(
         life.spawn("events", EventRecorder(js, kube, view, tuning).run())
         life.spawn("node note", node_note.keep(kube, config.slice_limiter))
         await life.run()
-
-
-async def _bucket(js: JetStreamContext) -> KeyValue:
-    try:
-        return await js.key_value(BUCKET_PODS)
-    except BucketNotFoundError:
-        await bus.ensure_topology(js)
-        return await js.key_value(BUCKET_PODS)
 
 
 async def _load(view: PodView, tuning: Tuning) -> None:

@@ -46,7 +46,9 @@ ALLOCATE = {
     "kv read pk-claims": 1,
     "request pods.pending": 1,  # which Pod: the watcher's view
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
-    "publish pk.parts": 2,  # ClaimChanged creating, then active (the audit stream)
+    # each transition's ClaimChanged, by the store's outbox, then again by the service (the
+    # stream drops the second as a duplicate of its msg id)
+    "publish pk.parts": 4,
 }
 
 

@@ -91,7 +91,7 @@ def check(config: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path.write_text(config)
     env = {**os.environ, "POD_NAME": "nats-0"}
     env.update({f"PK_{who}_PASSWORD": f"{who.lower()}-secret"
-                for who in ("ADMIN", "WATCHER", "ALLOCATOR", "RECLAIMER", "GC")})
+                for who in ("ADMIN", "WATCHER", "ALLOCATOR", "RECLAIMER", "GC", "PROVISION")})
     return subprocess.run([binary(), "-t", "-c", str(path)], capture_output=True, text=True,
                           env=env, timeout=60)
 

@@ -24,7 +24,9 @@ PREPARE = {
     # the card's claims, once: both compare-and-sets write against it, then against the first
     "kv read pk-claims": 1,
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
-    "publish pk.parts": 2,  # ClaimChanged creating, then active (the audit stream)
+    # each transition's ClaimChanged, by the store's outbox, then again by the service (the
+    # stream drops the second as a duplicate of its msg id)
+    "publish pk.parts": 4,
 }
 
 

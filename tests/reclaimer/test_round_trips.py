@@ -33,7 +33,9 @@ RECLAIM = {
     # against the read its step was decided on
     "kv read pk-claims": 5,
     "kv cas pk-claims": 2,  # active -> releasing before the destroy, then removed after it
-    "publish pk.parts": 2,  # ClaimChanged releasing, ClaimChanged removed (the audit stream)
+    # each transition's ClaimChanged, by the store's outbox, then again by the service (the
+    # stream drops the second as a duplicate of its msg id)
+    "publish pk.parts": 4,
     "ack": 1,  # the PodGone, once handled
 }
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
 from partkeeper.stack.observe import PodTrack
 from partkeeper.stack.processes import tail
 from schemas.names import BUCKET_CLAIMS
@@ -91,8 +91,10 @@ async def scene(
     servers: Sequence[NatsServer] | None = None,
     overrides: Mapping[str, Mapping[str, str]] | None = None,
     credentials: tuple[str, str] | None = None,
+    users: EmbeddedUsers | None = None,
 ) -> AsyncIterator[Scene]:
-    async with open_rig(servers=servers, overrides=overrides, credentials=credentials) as rig:
+    async with open_rig(servers=servers, overrides=overrides, credentials=credentials,
+                        users=users) as rig:
         stack = rig.stack
         work = Workload(stack)
         await work.start()

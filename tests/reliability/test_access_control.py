@@ -20,8 +20,11 @@ import pytest
 from nats.aio.client import Client
 from reliability.rel_harness import scene
 
+from partkeeper.bus import ensure_topology
+from partkeeper.bus.permissions import PROVISION, TOPOLOGY, inbox_prefix
 from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
+from tests_support import until
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -52,11 +55,14 @@ class Session:
         self.nc: Client | None = None
 
     async def open(self, url: str, name: str, password: str) -> Session:
+        return await self.open_with(url, user=name, password=password)
+
+    async def open_with(self, url: str, **login: str) -> Session:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc).lower())
 
-        self.nc = await nats.connect(url, user=name, password=password, error_cb=on_error,
-                                     allow_reconnect=False, connect_timeout=2)
+        self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False,
+                                     connect_timeout=2, **login)  # type: ignore[arg-type]
         return self
 
     async def refused(self, what: str, subject: str, within: float = REFUSAL_SECONDS) -> bool:
@@ -84,8 +90,7 @@ async def as_user(server: NatsServer, service: str) -> Session:
 
 
 async def test_each_service_on_its_own_user_runs_a_lifecycle(server: NatsServer) -> None:
-    overrides = {s: {"NATS_USER": user(s)[0], "NATS_PASSWORD": user(s)[1]} for s in SERVICES}
-    async with scene(servers=[server], overrides=overrides, credentials=ADMIN) as sc:
+    async with scene(servers=[server], users=EmbeddedUsers.shipped()) as sc:
         partition = await sc.admit("1g.10gb", "acl")
         piece = await sc.admit(None, "acl")
         for pod in (partition, piece):
@@ -151,3 +156,154 @@ async def test_a_wrong_password_is_refused(server: NatsServer) -> None:
     with pytest.raises(nats.errors.Error):
         await nats.connect(server.url, user="pk-gc", password="pk-watcher-dev",
                            allow_reconnect=False, connect_timeout=2, max_reconnect_attempts=0)
+
+
+# -- least privilege, per service user (issue: one provisioning identity, private inboxes,
+#    node-scoped reads) ------------------------------------------------------------------------
+
+UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
+OWN_EVENTS = {  # what only that service publishes (besides its own dead letters)
+    "watcher": [f"pk.pods.{NODE}.{UID}", f"$KV.pk-pods.{NODE}.{UID}"],
+    # the node-scope audit subject is the GC's only one, and where the allocator's refusals and
+    # the reclaimer's node-wide entries go too
+    "allocator": [f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.node", f"$KV.pk-claims.{NODE}.0",
+                  f"$KV.pk-capacity.{NODE}"],
+    "reclaimer": [f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.node", f"$KV.pk-claims.{NODE}.0"],
+    "gc": [f"pk.parts.{NODE}.node"],
+}
+OWN_READS = {
+    "watcher": [f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{NODE}.{UID}"],
+    "allocator": [f"$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{NODE}.0",
+                  f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{NODE}.{UID}"],
+    "reclaimer": [f"$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{NODE}.0"],
+    "gc": [],
+}
+
+def _others_events(service: str) -> list[str]:
+    mine = set(OWN_EVENTS[service])
+    theirs = {s for other, subjects in OWN_EVENTS.items() if other != service for s in subjects}
+    dead_letters = {f"pk.dlq.{NODE}.{o}" for o in ("watcher-events", "reclaimer", "gc")
+                    if not o.startswith(service)}
+    return sorted((theirs - mine) | dead_letters)
+
+
+def _topology_changes() -> list[str]:
+    return [f"$JS.API.STREAM.{verb}.{name}" for name in TOPOLOGY
+            for verb in ("CREATE", "UPDATE", "DELETE", "PURGE")]
+
+
+def _other_reads() -> list[str]:
+    return [f"$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{OTHER}.0",
+            f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{OTHER}.{UID}",
+            f"$JS.API.DIRECT.GET.KV_pk-capacity.$KV.pk-capacity.{OTHER}",
+            # the key in the body could name any node: not granted since the buckets are direct
+            "$JS.API.STREAM.MSG.GET.KV_pk-claims", "$JS.API.STREAM.MSG.GET.KV_pk-pods",
+            "$JS.API.DIRECT.GET.KV_pk-claims", "$JS.API.DIRECT.GET.KV_pk-pods"]
+
+
+def _watches(service: str) -> list[str]:
+    """A KV watch (an ephemeral consumer, its filter in the body) would read every node's
+    records: only the allocator watches, so only it may create one."""
+    if service == "allocator":
+        return []
+    return ["$JS.API.CONSUMER.CREATE.KV_pk-claims", "$JS.API.CONSUMER.CREATE.KV_pk-pods",
+            "$JS.API.CONSUMER.CREATE.KV_pk-capacity", "$JS.API.CONSUMER.CREATE.PK_PARTITIONS"]
+
+
+def _foreign_inboxes(service: str) -> list[str]:
+    others = [s for s in (*SERVICES, PROVISION) if s != service]
+    return ["_INBOX.>", f"_INBOX.{NODE}.>", f"_INBOX.{OTHER}.{service}.>",
+            *(inbox_prefix(o, None if o == PROVISION else NODE) + ".>" for o in others)]
+
+
+async def _all_refused(session: Session, publishes: list[str], subscribes: list[str]) -> None:
+    assert session.nc is not None
+    for subject in publishes:
+        await session.nc.publish(subject, b"{}")
+    for subject in subscribes:
+        await session.nc.subscribe(subject)
+    for subject in publishes:
+        assert await session.refused("publish", subject), (subject, session.errors[-3:])
+    for subject in subscribes:
+        assert await session.refused("subscription", subject), (subject, session.errors[-3:])
+
+
+async def _none_refused(session: Session, publishes: list[str], subscribes: list[str]) -> None:
+    assert session.nc is not None
+    for subject in publishes:
+        await session.nc.publish(subject, b"{}")
+    for subject in subscribes:
+        await session.nc.subscribe(subject)
+    await session.nc.flush()
+    await asyncio.sleep(ALLOWED_SECONDS)  # a refusal would have arrived before the PONG
+    assert not [e for e in session.errors if "permissions violation" in e], session.errors
+
+
+@pytest.mark.parametrize("service", SERVICES)
+async def test_a_service_user_does_its_work_and_nothing_else(server: NatsServer,
+                                                             service: str) -> None:
+    admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
+    try:
+        await ensure_topology(admin.jetstream())
+        session = await as_user(server, service)
+        try:
+            own_inbox = inbox_prefix(service, NODE) + ".x"
+            await _none_refused(session, OWN_EVENTS[service] + OWN_READS[service], [own_inbox])
+            await _all_refused(session, _topology_changes() + _other_reads() + _watches(service)
+                               + _others_events(service), _foreign_inboxes(service))
+        finally:
+            await session.close()
+    finally:
+        await admin.close()
+
+
+async def test_a_service_reads_its_own_claims_through_direct_get_and_no_other_nodes(
+        server: NatsServer) -> None:
+    """The real client path: nats-py's KV get on a direct bucket, as the allocator's user on
+    its private inbox; the same get of another node's key is refused by the server."""
+    admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
+    try:
+        await ensure_topology(admin.jetstream())
+        kv = await admin.jetstream().key_value("pk-claims")
+        await kv.put(f"{NODE}.0", b"mine")
+        await kv.put(f"{OTHER}.0", b"theirs")
+        errors: list[str] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(str(exc).lower())
+
+        nc = await nats.connect(server.url, user="pk-allocator", password="pk-allocator-dev",
+                                inbox_prefix=inbox_prefix("allocator", NODE), error_cb=on_error,
+                                allow_reconnect=False)
+        try:
+            own = await nc.jetstream(timeout=1.0).key_value("pk-claims")
+            assert (await own.get(f"{NODE}.0")).value == b"mine"
+            with pytest.raises(nats.errors.TimeoutError):  # refused: no reply ever comes
+                await own.get(f"{OTHER}.0")
+            wanted = f'permissions violation for publish to "$js.api.direct.get.kv_pk-claims.' \
+                     f'$kv.pk-claims.{OTHER}.0"'
+            await until(lambda: any(wanted in e for e in errors), "the refusal", 5)
+        finally:
+            await nc.close()
+    finally:
+        await admin.close()
+
+
+async def test_the_provisioning_user_changes_topology_and_touches_no_node(
+        server: NatsServer) -> None:
+    session = await Session().open(server.url, "pk-provision", "pk-provision-dev")
+    try:
+        await _all_refused(session, [f"pk.pods.{NODE}.{UID}", f"pk.parts.{NODE}.0",
+                                     f"$KV.pk-claims.{NODE}.0",
+                                     f"$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{NODE}.0",
+                                     "$JS.API.STREAM.DELETE.PK_PODS"],
+                           ["_INBOX.>", inbox_prefix("watcher", NODE) + ".>"])
+    finally:
+        await session.close()
+    nc = await nats.connect(server.url, user="pk-provision", password="pk-provision-dev",
+                            inbox_prefix=inbox_prefix(PROVISION, None), allow_reconnect=False)
+    try:
+        await ensure_topology(nc.jetstream(), replicas=1)
+        await ensure_topology(nc.jetstream(), replicas=1)  # and again: an update
+    finally:
+        await nc.close()

@@ -18,6 +18,9 @@ from reliability.rel_harness import (
 )
 
 from partkeeper import faults
+from schemas import ClaimChanged, PartitionEvent, decode
+from schemas.names import STREAM_PARTITIONS, parts_filter
+from tests_support import until
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]
 
@@ -44,13 +47,26 @@ async def _finish(sc: Scene, deadline: float = CONVERGE_SECONDS) -> None:
 
 async def test_allocator_exits_between_claim_and_activation() -> None:
     """after_claim leaves a `creating` claim, after_create one with an instance at its spec;
-    both Pods fail admission, and the reclaimer resolves both once the create timeout passed."""
+    claims.after_write a `creating` claim whose ClaimChanged was never published. The Pods fail
+    admission, the reclaimer resolves the claims once the create timeout passed, and the audit
+    log holds every claim's whole trail, each state once: the unpublished `creating` was sent
+    from the claims outbox (claims/outbox.py)."""
     async with scene() as sc:
         await sc.admit("3g.40gb", "keep")
-        for point in ("allocator.after_claim", "allocator.after_create"):
+        for point in ("allocator.after_claim", "allocator.after_create", "claims.after_write"):
             await _crash_allocate(sc, point)
         await sc.admit(PROFILE, "after")
         await _finish(sc, CONVERGE_AFTER_CREATE_TIMEOUT)
+        # Converged means the claims are gone; their last events follow the writes.
+        audit: dict[str, list[str]] = {}
+
+        async def whole() -> bool:
+            audit.update(await _claim_audit(sc))
+            return len(audit) >= 5 and all(t[-1] == "removed" for t in audit.values())
+
+        await until(whole, "every claim's audit trail ends with removed", 30)
+        for states in audit.values():  # keep, three victims, after
+            assert states[0] == "creating" and len(set(states)) == len(states), audit
 
 
 async def test_allocator_exits_after_activation() -> None:
@@ -102,10 +118,29 @@ async def test_watcher_exits_before_publish() -> None:
         await _finish(sc)
 
 
+async def _claim_audit(sc: Scene) -> dict[str, list[str]]:
+    """claim id -> the states PK_PARTITIONS holds for it, in order, read to the end."""
+    js = sc.rig.stack.nc.jetstream()
+    last = (await js.stream_info(STREAM_PARTITIONS)).state.last_seq
+    states: dict[str, list[str]] = {}
+    sub = await js.subscribe(parts_filter(sc.rig.stack.node), ordered_consumer=True)
+    try:
+        while last:
+            msg = await sub.next_msg(timeout=10)
+            event = decode(msg.data, PartitionEvent)
+            if isinstance(event, ClaimChanged):
+                states.setdefault(event.claim_id, []).append(event.state)
+            if msg.metadata.sequence.stream >= last:
+                break
+    finally:
+        await sub.unsubscribe()
+    return states
+
+
 def test_every_fault_point_has_a_scenario() -> None:
     covered = {
         "allocator.after_claim", "allocator.after_create", "allocator.after_active",
         "reclaimer.after_releasing", "reclaimer.after_destroy", "gc.before_delete",
-        "watcher.before_publish",
+        "watcher.before_publish", "claims.after_write",
     }
     assert covered == faults.POINTS

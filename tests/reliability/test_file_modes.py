@@ -3,7 +3,8 @@
 Device-plugin sockets: kubelet (root) connects to them; nobody else needs to, and connecting to a
 unix socket needs write permission on it, so owner read-write (0600) is the narrowest that works.
 PK_PODS_DIR: the allocator writes, the reclaimer and the GC remove, all as the same user;
-`partkeeper.workdir` promises directories 0750 and files 0640 whatever the umask.
+`partkeeper.workdir` promises directories 0750 and files 0640 whatever the umask, but for a slice's
+cache dir (0777: the container's non-root processes create the limiter's shared cache file in it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from reliability.rel_harness import Scene, scene
 
 from partkeeper import workdir
+from partkeeper.workdir.write import CACHE_MODE
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -48,8 +50,12 @@ async def test_pods_dir_entries_have_exact_modes() -> None:
         modes = tree_modes(sc.rig.layout.pods_dir)
         assert modes, "nothing was written under PK_PODS_DIR"
         for rel, mode in modes.items():
-            is_dir = (sc.rig.layout.pods_dir / rel).is_dir()
-            assert mode == (workdir.DIR_MODE if is_dir else workdir.FILE_MODE), (rel, oct(mode))
+            path = sc.rig.layout.pods_dir / rel
+            if path.is_dir() and path.parent.name == "sliced" and path.name == "cache":
+                expected = CACHE_MODE  # the container's own processes write the limiter's cache
+            else:
+                expected = workdir.DIR_MODE if path.is_dir() else workdir.FILE_MODE
+            assert mode == expected, (rel, oct(mode))
         await sc.work.delete_all()
         await sc.check_converged()
 

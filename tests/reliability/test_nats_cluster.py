@@ -48,7 +48,7 @@ async def on_a_cluster(seed: int) -> AsyncIterator[tuple[Cluster, Scene, Churn]]
     cluster = Cluster(root)
     try:
         await cluster.start()
-        overrides = {name: {"PK_STREAM_REPLICAS": REPLICAS} for name in SERVICES}
+        overrides = {name: {"PK_STREAM_REPLICAS": REPLICAS} for name in (*SERVICES, "provision")}
         async with scene(servers=cluster.servers, overrides=overrides) as sc:
             js = sc.rig.stack.nc.jetstream()
             info = await js.stream_info(STREAM_PODS)

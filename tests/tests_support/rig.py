@@ -24,9 +24,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partkeeper.stack.launch import SERVICES, Stack, launch, service_ready, start_service
+from partkeeper.stack.launch import NODE, SERVICES, Stack, launch, service_ready, start_service
 from partkeeper.stack.layout import Layout
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
 from partkeeper.stack.processes import Child, StackError, Supervisor, tail
 
 RESTART_READY_SECONDS = 60.0
@@ -170,9 +170,11 @@ async def open_rig(
     servers: Sequence[NatsServer] | None = None,
     overrides: Mapping[str, Mapping[str, str]] | None = None,
     credentials: tuple[str, str] | None = None,
+    users: EmbeddedUsers | None = None,
     workdir: Path | None = None,
 ) -> AsyncIterator[Rig]:
-    """The whole stack on `servers` (default: one new nats-server); everything stopped after.
+    """The whole stack on `servers` (default: one new nats-server with a user per role, as
+    `partkeeper up` runs it); everything stopped after. `users` are the logins on `servers`.
 
     The working directory is a new short one under /tmp (unix socket paths are short) unless
     given; it is removed afterwards unless given.
@@ -181,7 +183,12 @@ async def open_rig(
     layout = Layout(root)
     layout.create()
     own = servers is None
-    started = list(servers) if servers is not None else [NatsServer(str(layout.nats_dir))]
+    if own:
+        users = EmbeddedUsers.made()
+        conf = users.write_config(layout.root / "nats.conf", NODE)
+        started = [NatsServer(str(layout.nats_dir), config=str(conf))]
+    else:
+        started = list(servers or ())
     supervisor = Supervisor(layout.pids_file, grace=5.0)
     failed = True
     try:
@@ -189,9 +196,10 @@ async def open_rig(
             await asyncio.to_thread(started[0].start)
         url = ",".join(s.url for s in started)
         stack = await launch(layout, supervisor, nats_url=url, overrides=overrides,
-                             credentials=credentials)
+                             credentials=credentials, users=users)
         try:
             yield Rig(stack, supervisor, started)
+            _no_permission_refused(layout)
             failed = False
         finally:
             with contextlib.suppress(Exception):
@@ -203,6 +211,27 @@ async def open_rig(
         # A failed run keeps its logs for whoever reads the failure (the path is in the message).
         if workdir is None and not failed:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _no_permission_refused(layout: Layout) -> None:
+    """Every service ran inside its NATS user's grants (bus/permissions.py): the server's
+    refusals reach the client as `permissions violation` errors, which the services log.
+
+    Not counted: a reply to another service's inbox. `allow_responses` lets a responder publish
+    to the reply subject of a request the server delivered to that connection, and the server
+    keeps that record on the connection (nats-server client.go, the `resp` permissions of the
+    client); a request received just before a NATS restart and answered after the reconnect
+    is therefore refused, and its requester stopped waiting with its own connection anyway."""
+    for name in SERVICES:
+        log = layout.log(name)
+        if not log.exists():
+            continue
+        refused = [line for line in log.read_bytes().lower().splitlines()
+                   if b"permissions violation" in line
+                   and b'permissions violation for publish to \\"_inbox.' not in line]
+        if refused:
+            raise RigError(f"the NATS server refused {name} something its work needs; see "
+                           f"{log}:\n{refused[0].decode(errors='replace')}")
 
 
 async def reconnected(rig: Rig) -> None:

@@ -1,0 +1,179 @@
+"""Who may say what on the bus: the one table of NATS permissions, per role.
+
+Every shipped form of the permissions is rendered from `ROLES` (permissions_render.py):
+compose/nats/nats.conf, deploy/nats/accounts.yaml (Helm), deploy/nats/signing-keys.sh (the JWT
+roles as scoped signing-key templates) and the embedded stack's configuration (`partkeeper up`,
+the test rig). tests/reliability/test_shipped_permissions.py fails when a shipped file is not what
+the table renders, and test_access_control.py holds a real nats-server to the table.
+
+A subject template names the node as `{node}`: the node's subject token (schemas.names
+.encode_token) in a static configuration, `{{tag(node)}}` in a signing-key template. Nothing here
+grants creating, updating, purging or deleting a stream or bucket except the `provision` role
+(`partkeeper provision`, DESIGN.md section 4): the services only look (STREAM.INFO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.names import (
+    BUCKET_CAPACITY,
+    BUCKET_CLAIMS,
+    BUCKET_PODS,
+    BUCKETS,
+    SERVICE_ALLOCATOR,
+    SERVICE_RECLAIMER,
+    SERVICE_WATCHER,
+    STREAM_PARTITIONS,
+    STREAM_PODS,
+    STREAMS,
+)
+
+NODE = "{node}"
+# The provisioning identity serves no node; '_' never stands for itself in a node token, so no
+# node's inbox (`_INBOX.<node token>.<service>`) can fall under this one.
+CLUSTER_SCOPE = "_cluster"
+PROVISION = "provision"
+SERVICES = ("watcher", "allocator", "reclaimer", "gc")
+
+TOPOLOGY: tuple[str, ...] = tuple(s.name for s in STREAMS) + tuple(f"KV_{b.name}" for b in BUCKETS)
+
+
+def inbox_prefix(service: str, node_token: str | None) -> str:
+    """The connection's private inbox prefix (nats-py `inbox_prefix`), without a trailing dot."""
+    return f"_INBOX.{node_token or CLUSTER_SCOPE}.{service}"
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """One NATS user's grants; subjects are templates naming the node as `{node}`."""
+
+    name: str  # the service, or "provision"
+    user: str  # the static user name (pk-<name>)
+    summary: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: bool = False
+
+    def render(self, node_token: str) -> Role:
+        """The same role with `{node}` replaced (a static configuration for one node)."""
+        return Role(self.name, self.user, self.summary,
+                    tuple(s.replace(NODE, node_token) for s in self.publish),
+                    tuple(s.replace(NODE, node_token) for s in self.subscribe),
+                    self.allow_responses)
+
+
+def _look() -> tuple[str, ...]:
+    """STREAM.INFO on the contract's streams and bucket streams: the services' readiness check."""
+    return tuple(f"$JS.API.STREAM.INFO.{name}" for name in TOPOLOGY)
+
+
+def _durable(service: str, stream: str, filter_subject: str) -> tuple[str, ...]:
+    """A durable pull consumer of this node: look it up, create it, pull, ack."""
+    # schemas.names.durable_name with the node left as a template (it would escape the braces)
+    durable = f"{service}-{stream.lower()}-{NODE}"
+    return (
+        f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{filter_subject}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        f"$JS.ACK.{stream}.{durable}.>",
+    )
+
+
+def _read(bucket: str, key: str = f"{NODE}.>") -> tuple[str, ...]:
+    """Direct get of this node's keys only (the bucket is created with allow_direct)."""
+    return (f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}",)
+
+
+def _watch(bucket: str) -> tuple[str, ...]:
+    """An ordered consumer on the bucket (a KV watch); nats-py puts its filter in the body, so
+    this grant reads every node's keys of the bucket: only the allocator, which watches, has it
+    (docs/security.md, "Known limits")."""
+    stream = f"KV_{bucket}"
+    return (f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.DELETE.{stream}.*",
+            f"$JS.API.CONSUMER.INFO.{stream}.*")
+
+
+def _serves(micro: str) -> tuple[str, ...]:
+    return ("$SRV.PING", "$SRV.INFO", "$SRV.STATS", f"$SRV.*.{micro}", f"$SRV.*.{micro}.*")
+
+
+def _inbox(service: str) -> tuple[str, ...]:
+    return (f"{inbox_prefix(service, NODE)}.>",)
+
+
+WATCHER = Role(
+    "watcher", "pk-watcher",
+    "the only publisher of Pod events; answers pods.get and pods.pending; reads the partition "
+    "audit log (its Event recorder's durable) and dead-letters there",
+    publish=(
+        f"pk.pods.{NODE}.*", f"pk.dlq.{NODE}.watcher-events", f"$KV.{BUCKET_PODS}.{NODE}.>",
+        *_look(), *_read(BUCKET_PODS),
+        *_durable("watcher-events", STREAM_PARTITIONS, f"pk.parts.{NODE}.*"),
+        "$JS.FC.>",
+    ),
+    subscribe=(*_inbox("watcher"), f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.pending",
+               *_serves(SERVICE_WATCHER)),
+    allow_responses=True,
+)
+
+ALLOCATOR = Role(
+    "allocator", "pk-allocator",
+    "claims (write-ahead) and capacity; asks pods.get, pods.pending and reclaim.now; answers "
+    "claims.query; publishes claim transitions of this node's cards",
+    publish=(
+        f"pk.parts.{NODE}.*",
+        f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.pending", f"pk.{NODE}.reclaim.now",
+        f"$KV.{BUCKET_CLAIMS}.{NODE}.>", f"$KV.{BUCKET_CAPACITY}.{NODE}",
+        *_look(), *_read(BUCKET_CLAIMS), *_read(BUCKET_PODS),
+        *_watch(BUCKET_CLAIMS), *_watch(BUCKET_PODS),
+        # following the audit log (removals.py): an ordered consumer, its filter in the body
+        f"$JS.API.CONSUMER.CREATE.{STREAM_PARTITIONS}",
+        f"$JS.API.CONSUMER.DELETE.{STREAM_PARTITIONS}.*",
+        f"$JS.API.CONSUMER.INFO.{STREAM_PARTITIONS}.*",
+        "$JS.FC.>",
+    ),
+    subscribe=(*_inbox("allocator"), f"pk.{NODE}.claims.query", *_serves(SERVICE_ALLOCATOR)),
+    allow_responses=True,
+)
+
+RECLAIMER = Role(
+    "reclaimer", "pk-reclaimer",
+    "consumes this node's Pod events (its durable), releases and removes claims, asks pods.get, "
+    "answers reclaim.now, publishes claim transitions and foreign instances of this node's "
+    "cards, dead-letters under its own name",
+    publish=(
+        f"pk.parts.{NODE}.*", f"pk.dlq.{NODE}.reclaimer", f"pk.{NODE}.pods.get",
+        f"$KV.{BUCKET_CLAIMS}.{NODE}.>",
+        *_look(), *_read(BUCKET_CLAIMS),
+        *_durable("reclaimer", STREAM_PODS, f"pk.pods.{NODE}.*"),
+        "$JS.FC.>",
+    ),
+    subscribe=(*_inbox("reclaimer"), f"pk.{NODE}.reclaim.now", *_serves(SERVICE_RECLAIMER)),
+    allow_responses=True,
+)
+
+GC = Role(
+    "gc", "pk-gc",
+    "consumes this node's Pod events (its durable), asks pods.get and claims.query, announces "
+    "collected working directories on the node-scope audit subject only; it cannot publish Pod "
+    "events, claim transitions of a card, or call reclaim.now",
+    publish=(
+        f"pk.parts.{NODE}.node", f"pk.dlq.{NODE}.gc",
+        f"pk.{NODE}.pods.get", f"pk.{NODE}.claims.query",
+        *_look(), *_durable("gc", STREAM_PODS, f"pk.pods.{NODE}.*"),
+    ),
+    subscribe=_inbox("gc"),
+)
+
+PROVISIONER = Role(
+    PROVISION, "pk-provision",
+    "`partkeeper provision`: creates and updates the streams and buckets; nothing else",
+    publish=tuple(f"$JS.API.STREAM.{verb}.{name}" for name in TOPOLOGY
+                  for verb in ("INFO", "CREATE", "UPDATE")),
+    subscribe=(f"{inbox_prefix(PROVISION, None)}.>",),
+)
+
+ROLES: tuple[Role, ...] = (WATCHER, ALLOCATOR, RECLAIMER, GC, PROVISIONER)
+BY_NAME = {role.name: role for role in ROLES}
+ADMIN_USER = "pk-admin"  # operators, `partkeeper status`, the demo and tests: the whole account
