@@ -1,5 +1,7 @@
-"""The allocator's claim transitions, each one compare-and-set through `ClaimsStore.update` and
-then published on the audit stream. Nothing else in the allocator writes claims.
+"""The allocator's claim transitions, each one compare-and-set through `ClaimsStore.update`, whose
+outbox announces it on the audit stream (partkeeper/claims/outbox.py: the same `ClaimChanged`,
+same msg id, that this module used to publish a second time after each write; issue 27). Nothing
+else in the allocator writes claims.
 
     (none) -> creating     begin       before the driver is asked for anything (invariant 4)
     creating -> active     activate    the instance exists; its identity is recorded
@@ -29,7 +31,7 @@ from partkeeper.drivers import Instance
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim, LiveInstance
-from services.allocator import events, patience
+from services.allocator import patience
 from services.allocator.catalog import Offer
 from services.allocator.context import Context
 from services.allocator.placement import Spot
@@ -65,11 +67,14 @@ def track(docs: Mapping[int, CardClaims], revisions: Mapping[int, int]) -> None:
     _fresh.set({card: (doc, revisions[card]) for card, doc in docs.items()})
 
 
-async def _update(ctx: Context, card: int, mutate: Mutation) -> tuple[CardClaims, int]:
-    """`ctx.store.update`, against this call's last read or write of the card when it has one."""
+async def _update(ctx: Context, card: int, mutate: Mutation, *, reason: str = "",
+                  claim_id: str = "") -> tuple[CardClaims, int]:
+    """`ctx.store.update`, against this call's last read or write of the card when it has one.
+    `reason`: why `claim_id`'s transition is made, for its audit entry."""
     fresh = _fresh.get()
     known = fresh.pop(card, None) if fresh is not None else None
-    result = await ctx.store.update(card, mutate, known=known)
+    reasons = {claim_id: reason} if reason else None
+    result = await ctx.store.update(card, mutate, reasons=reasons, known=known)
     if fresh is not None:
         fresh[card] = result
     return result
@@ -121,7 +126,6 @@ async def begin(ctx: Context, claim: Claim) -> bool:
         return False
     decision(log, f"claimed {claim.profile} at {claim.start}+{claim.size} for {claim.container}",
              pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="creating")
-    await events.claim_changed(ctx.js, ctx.node, claim, "creating")
     return True
 
 
@@ -165,8 +169,6 @@ async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Cla
         decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
                  instance=live.uuid if live else None)
-        await events.claim_changed(ctx.js, ctx.node, active, "active",
-                                   instance_uuid=live.uuid if live else None)
     return active
 
 
@@ -186,7 +188,8 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
     found: list[bool] = []
     try:
         await _update(ctx, claim.card, functools.partial(_abandonment, claim_id=claim.id,
-                                                             found=found))
+                                                         found=found),
+                      reason=reason, claim_id=claim.id)
     except Exception as exc:
         decision(log, f"could not abandon the claim ({exc}); it is left to the reclaimer",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
@@ -195,7 +198,6 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
         return  # never written (or already gone): nothing to say
     decision(log, f"abandoned claim: {reason}", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="removed")
-    await events.claim_changed(ctx.js, ctx.node, claim, "removed", reason=reason)
 
 
 def _leaving(doc: CardClaims, claim_id: str, live: LiveInstance) -> CardClaims:
@@ -233,7 +235,6 @@ async def release(ctx: Context, claim: Claim, reason: str) -> None:
         return
     decision(log, f"released: {reason}", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="releasing")
-    await events.claim_changed(ctx.js, ctx.node, now, "releasing", reason=reason)
 
 
 def _unprepared(doc: CardClaims, claim_id: str, at: float) -> CardClaims:

@@ -129,8 +129,7 @@ async def _release(ctx: Context, claim: Claim, reason: str, known: Known) -> Res
         span.set_attribute("pk.released", released)
         if released:
             marked = doc.claims[claim.id]
-            _log(marked, "claim releasing", reason)
-            await ctx.audit.claim(marked, "releasing", reason)
+            _log(marked, "claim releasing", reason)  # the store's outbox announces it
             await faults.reach("reclaimer.after_releasing")
     return Again()
 
@@ -218,8 +217,7 @@ async def _removal(ctx: Context, claim: Claim, reason: str, known: Known | None)
     if claim.id in doc.claims:
         return Again()
     if removed:
-        _log(claim, "claim removed", reason)
-        await ctx.audit.claim(claim, "removed", reason)
+        _log(claim, "claim removed", reason)  # the store's outbox announces it
     return Outcome(claim.card, claim.id, True, "destroyed and removed")
 
 

@@ -46,9 +46,9 @@ ALLOCATE = {
     "kv read pk-claims": 1,
     "request pods.pending": 1,  # which Pod: the watcher's view
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
-    # each transition's ClaimChanged, by the store's outbox, then again by the service (the
-    # stream drops the second as a duplicate of its msg id)
-    "publish pk.parts": 4,
+    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
+    # longer sends it a second time for the stream to drop as a duplicate)
+    "publish pk.parts": 2,
 }
 
 

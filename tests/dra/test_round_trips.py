@@ -24,9 +24,9 @@ PREPARE = {
     # the card's claims, once: both compare-and-sets write against it, then against the first
     "kv read pk-claims": 1,
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
-    # each transition's ClaimChanged, by the store's outbox, then again by the service (the
-    # stream drops the second as a duplicate of its msg id)
-    "publish pk.parts": 4,
+    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
+    # longer sends it a second time for the stream to drop as a duplicate)
+    "publish pk.parts": 2,
 }
 
 

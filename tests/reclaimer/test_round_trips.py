@@ -33,9 +33,9 @@ RECLAIM = {
     # against the read its step was decided on
     "kv read pk-claims": 5,
     "kv cas pk-claims": 2,  # active -> releasing before the destroy, then removed after it
-    # each transition's ClaimChanged, by the store's outbox, then again by the service (the
-    # stream drops the second as a duplicate of its msg id)
-    "publish pk.parts": 4,
+    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
+    # longer sends it a second time for the stream to drop as a duplicate)
+    "publish pk.parts": 2,
     "ack": 1,  # the PodGone, once handled
 }
 
