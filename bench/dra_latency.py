@@ -285,7 +285,8 @@ async def measure_async(cycles: int, bystanders: int
                 log=layout.log("allocator"))
             # the directory of the plugin socket kubelet calls NodePrepareResources on
             floors = await floor.measure(stack.nats_url,
-                                         stack.config.kubelet_plugins_dir / DRIVER)
+                                         stack.config.kubelet_plugins_dir / DRIVER,
+                                         auth=stack.auth)
             return done, still, floors
         finally:
             await stack.nc.close()

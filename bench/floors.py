@@ -24,9 +24,10 @@ import secrets
 import shutil
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FsPath
+from typing import Any
 
 import grpc
 import nats
@@ -182,11 +183,13 @@ async def grpc_floor(socket_dir: FsPath, calls: int) -> Quantiles:
         socket.unlink(missing_ok=True)
 
 
-async def nats_floors(nats_url: str, calls: int) -> tuple[Quantiles, Quantiles]:
+async def nats_floors(nats_url: str, calls: int, auth: Mapping[str, Any]
+                      ) -> tuple[Quantiles, Quantiles]:
     """The bare request/reply and the KV compare-and-set update, on their own connections (a
-    responder and a requester, as two services are)."""
-    responder = await nats.connect(nats_url)
-    requester = await nats.connect(nats_url)
+    responder and a requester, as two services are), logged in with `auth` (nats.connect
+    keywords: the embedded stack's admin, whose account holds the services' subjects)."""
+    responder = await nats.connect(nats_url, **auth)
+    requester = await nats.connect(nats_url, **auth)
     try:
         subject = f"pk.bench.floor.{secrets.token_hex(4)}"
 
@@ -215,10 +218,11 @@ async def nats_floors(nats_url: str, calls: int) -> tuple[Quantiles, Quantiles]:
         await responder.close()
 
 
-async def measure(nats_url: str, socket_dir: FsPath, calls: int = DEFAULT_CALLS) -> Floors:
+async def measure(nats_url: str, socket_dir: FsPath, calls: int = DEFAULT_CALLS,
+                  auth: Mapping[str, Any] | None = None) -> Floors:
     """The three floors, one after the other, on `nats_url` and in `socket_dir`."""
     grpc_q = await grpc_floor(socket_dir, calls)
-    request, cas = await nats_floors(nats_url, calls)
+    request, cas = await nats_floors(nats_url, calls, auth or {})
     return Floors(grpc_q, request, cas, calls)
 
 

@@ -81,7 +81,8 @@ async def session(stack: Stack, options: Options, cycles: list[Cycle],
                   floors: list[floor.Floors]) -> None:
     async with rig(stack, options) as r:
         await run_cycles(r, cycles)
-    floors.append(await floor.measure(stack.nats_url, stack.config.kubelet_dir, FLOOR_CALLS))
+    floors.append(await floor.measure(stack.nats_url, stack.config.kubelet_dir, FLOOR_CALLS,
+                                      stack.auth))
 
 
 async def measure_async(options: Options) -> tuple[list[Cycle], str | None, floor.Floors | None]:
