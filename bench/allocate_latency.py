@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import secrets
 import shutil
 import statistics
 import tempfile
@@ -42,7 +41,7 @@ from bench import floors as floor
 from partkeeper.bus import ensure_topology, serve
 from partkeeper.bus.kv import Bucket
 from partkeeper.bus.rpc import Endpoint
-from partkeeper.bus.trips import Trip, Trips, count
+from partkeeper.bus.trips import Trip, Trips, count, new_trace
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
 from partkeeper.drivers.sim import SimDriver, init_state
@@ -185,8 +184,7 @@ async def _measure(
             record = _pod(i)
             await pods_kv.put(pods_key(NODE, record.uid), encode(record))
             pending[:] = [record]
-            trace_id = secrets.token_hex(16)
-            metadata = (("traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01"),)
+            trace_id, metadata = new_trace()
             started = time.perf_counter()
             await stub.Allocate(request, timeout=30, metadata=metadata)
             samples.append(time.perf_counter() - started)

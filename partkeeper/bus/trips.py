@@ -13,6 +13,7 @@ connection not passed to `count` is unchanged.
 from __future__ import annotations
 
 import contextvars
+import secrets
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -50,6 +51,13 @@ class Trips:
 
     def clear(self) -> None:
         self.made.clear()
+
+
+def new_trace() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A fresh trace id, and gRPC metadata carrying it (W3C `traceparent`, sampled), for an
+    operation whose trips are to be told apart from everything else on the connection."""
+    trace_id = secrets.token_hex(16)
+    return trace_id, (("traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01"),)
 
 
 def kinds(trips: Iterable[Trip]) -> dict[str, int]:

@@ -10,7 +10,6 @@ stand-in answering `pods.pending` on another connection.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import shutil
 import tempfile
 import time
@@ -24,7 +23,7 @@ from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology, serve
 from partkeeper.bus.rpc import Endpoint
-from partkeeper.bus.trips import Trips, count, kinds
+from partkeeper.bus.trips import Trips, count, kinds, new_trace
 from partkeeper.config import Config
 from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import deviceplugin_pb2 as pb
@@ -57,11 +56,6 @@ def pod(node: str, i: int) -> PodRecord:
                      phase="Pending", state="live", created=f"{i:08d}",
                      containers=[ContainerRequest(name="main", requests={RESOURCE: 1})],
                      resource_version=str(i), updated_at=time.time())
-
-
-def traceparent() -> tuple[str, tuple[tuple[str, str], ...]]:
-    trace_id = secrets.token_hex(16)
-    return trace_id, (("traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01"),)
 
 
 @pytest.fixture
@@ -101,7 +95,7 @@ async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> N
                 record = pod(node, i)
                 await pods_kv.put(pods_key(node, record.uid), encode(record))
                 pending[:] = [record]
-                trace_id, metadata = traceparent()
+                trace_id, metadata = new_trace()
                 await stub.Allocate(pb.AllocateRequest(container_requests=[
                     pb.ContainerAllocateRequest(devices_ids=[token])]), timeout=30,
                     metadata=metadata)

@@ -8,13 +8,12 @@ and the claims watch that follow are other traces).
 
 from __future__ import annotations
 
-import secrets
 import uuid
 
 from allocator.allocator_harness import until
 from dra.dra_harness import dra_node
 
-from partkeeper.bus.trips import count, kinds
+from partkeeper.bus.trips import count, kinds, new_trace
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.kubelet import dra_pb2_grpc, open_unix_channel
 
@@ -38,8 +37,7 @@ async def test_prepare_round_trips(nc, js, node, kubeconfig) -> None:
 
         await until(offered, "the slices offer 1g.10gb at 6")
         ref = await stack.allocated("c1", "gpu-0-mig-1g10gb-6", str(uuid.uuid4()), "p1")
-        trace_id = secrets.token_hex(16)
-        metadata = (("traceparent", f"00-{trace_id}-{secrets.token_hex(8)}-01"),)
+        trace_id, metadata = new_trace()
         async with open_unix_channel(stack.service_socket) as channel:
             stub = dra_pb2_grpc.DRAPluginStub(channel)
             reply = await stub.NodePrepareResources(
