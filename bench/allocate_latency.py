@@ -5,7 +5,13 @@ side played by a gRPC client calling Allocate on the plugin socket. Each call se
 pending Pod (answered by a minimal `pods.pending` service); between calls, untimed, the partition
 is reclaimed as the reclaimer would (release, destroy, remove) so every call finds room. Prints
 p50 and p99 of the whole gRPC call, which includes finding the Pod, the claim writes (CAS), the
-create, the audit events and the descriptor. Goal: p99 < 20 ms.
+create, the audit events and the descriptor, beside the floor measured in the same run on the
+same nats-server and socket directory (bench.floors), and the goal issue 27 states (Allocate p99
+< 10 ms).
+
+The allocator's connection is counted (partkeeper.bus.trips) and each call carries a
+`traceparent`, so the run also prints the profile of an Allocate: its round trips per call, by
+kind, with the time spent in them, what is left outside them, and the allocator's spans.
 """
 
 from __future__ import annotations
@@ -19,16 +25,23 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nats
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from bench import floors as floor
 from partkeeper.bus import ensure_topology, serve
 from partkeeper.bus.kv import Bucket
 from partkeeper.bus.rpc import Endpoint
+from partkeeper.bus.trips import Trip, Trips, count, new_trace
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
 from partkeeper.drivers.sim import SimDriver, init_state
@@ -90,10 +103,25 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[index]
 
 
-async def run(calls: int, warmup: int, where: str) -> list[float]:
+@dataclass
+class Run:
+    samples: list[float]
+    trips: list[list[Trip]]  # per timed call, the allocator's round trips in its trace
+    floors: floor.Floors
+    spans: dict[str, list[float]]  # the allocator's span durations (s) by name, timed calls
+
+
+async def run(calls: int, warmup: int, where: str, floor_calls: int) -> Run:
+    # The allocator's own spans (Allocate, pod lookup, claim, create, activate, descriptor),
+    # kept in memory: the steps of the profile.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
     server = NatsServer().start()
     directory = Path(tempfile.mkdtemp(prefix="pk", dir=where))
     nc = await nats.connect(server.url)
+    counted = await nats.connect(server.url)
     tasks: list[asyncio.Task[None]] = []
     try:
         js = nc.jetstream()
@@ -113,15 +141,25 @@ async def run(calls: int, warmup: int, where: str) -> list[float]:
                         sim_state=directory / "sim.json")
         ready = asyncio.Event()
         options = Options(driver=driver)
-        tasks.append(asyncio.create_task(serve_allocator(config, nc, ready=ready, options=options)))
+        trips = count(counted)
+        tasks.append(asyncio.create_task(serve_allocator(config, counted, ready=ready,
+                                                         options=options)))
         await asyncio.wait_for(ready.wait(), 30)
-        samples = await _measure(js, config, driver, pending, warmup + calls)
+        samples, made = await _measure(js, config, driver, pending, warmup, trips)
+        exporter.clear()
+        samples, made = await _measure(js, config, driver, pending, calls, trips)
+        spans: dict[str, list[float]] = {}
+        for span in exporter.get_finished_spans():
+            if span.end_time is not None and span.start_time is not None:
+                spans.setdefault(span.name, []).append((span.end_time - span.start_time) / 1e9)
         await watcher.stop()
-        return samples[warmup:]
+        floors = await floor.measure(server.url, directory, floor_calls)
+        return Run(samples, made, floors, spans)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await counted.close()
         await nc.drain()
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -129,8 +167,9 @@ async def run(calls: int, warmup: int, where: str) -> list[float]:
 
 
 async def _measure(
-    js: JetStreamContext, config: Config, driver: Serialised, pending: list[PodRecord], n: int
-) -> list[float]:
+    js: JetStreamContext, config: Config, driver: Serialised, pending: list[PodRecord], n: int,
+    trips: Trips,
+) -> tuple[list[float], list[list[Trip]]]:
     """`n` timed Allocates, each for a fresh pending Pod, with an untimed reclaim in between."""
     pods_kv = await js.key_value(BUCKET_PODS)
     store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), NODE)
@@ -138,19 +177,53 @@ async def _measure(
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=[TOKEN])])
     samples: list[float] = []
+    made: list[list[Trip]] = []
     async with open_unix_channel(config.kubelet_dir / endpoint_name(RESOURCE)) as channel:
         stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)
         for i in range(n):
             record = _pod(i)
             await pods_kv.put(pods_key(NODE, record.uid), encode(record))
             pending[:] = [record]
+            trace_id, metadata = new_trace()
             started = time.perf_counter()
-            await stub.Allocate(request, timeout=30)
+            await stub.Allocate(request, timeout=30, metadata=metadata)
             samples.append(time.perf_counter() - started)
+            made.append(trips.of_trace(trace_id))
+            trips.clear()
             pending.clear()
             await _reclaim(store, driver)
             await _advertised(capacity_kv)
-    return samples
+    return samples, made
+
+
+def steps(spans: dict[str, list[float]], calls: int) -> list[str]:
+    """The allocator's spans, mean ms per call (nested: Allocate holds the others)."""
+    lines = [f"steps (the allocator's spans, mean per call over {calls} calls):"]
+    for name, seconds in sorted(spans.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"  {name}: {sum(seconds) / calls * 1000:.2f} ms "
+                     f"({len(seconds) / calls:.1f} per call)")
+    return lines
+
+
+def profile(samples: list[float], made: list[list[Trip]]) -> list[str]:
+    """Where an Allocate's time goes: its round trips by kind (count and mean time per call),
+    and the rest, spent in the allocator itself (driver, descriptor, CDI, encoding, the loop)."""
+    calls = len(made)
+    by_kind: dict[str, list[float]] = {}
+    for trips in made:
+        for trip in trips:
+            by_kind.setdefault(trip.kind, []).append(trip.seconds)
+    total = statistics.fmean(samples) * 1000
+    lines = [f"profile (mean per call over {calls} calls, {total:.2f} ms in all; the allocator's "
+             "round trips, in its trace):"]
+    spent = 0.0
+    for kind, seconds in sorted(by_kind.items(), key=lambda kv: -sum(kv[1])):
+        per_call = sum(seconds) / calls * 1000
+        spent += per_call
+        lines.append(f"  {len(seconds) / calls:.1f} x {kind}: {per_call:.2f} ms")
+    lines.append(f"  outside round trips (gRPC call itself, driver, descriptor, CDI, "
+                 f"encoding, the event loop): {total - spent:.2f} ms")
+    return lines
 
 
 async def _advertised(kv: KeyValue) -> None:
@@ -190,16 +263,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.allocate_latency", description=__doc__)
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--floor-calls", type=int, default=floor.DEFAULT_CALLS,
+                        help="calls per floor round trip")
     parser.add_argument("--dir", default="/tmp", help="where the sim state and PK_PODS_DIR live "
                         "(their writes are fsynced; a tmpfs such as /dev/shm leaves the disk out)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    samples = asyncio.run(run(args.calls, args.warmup, args.dir))
-    ms = [s * 1000 for s in samples]
+    done = asyncio.run(run(args.calls, args.warmup, args.dir, args.floor_calls))
+    ms = [s * 1000 for s in done.samples]
+    p50, p99 = percentile(ms, 50), percentile(ms, 99)
     print(f"allocate latency over {len(ms)} calls (sim driver, zero latency, files in "
           f"{args.dir}): "
-          f"p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
+          f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
           f"mean {statistics.fmean(ms):.2f} ms, max {max(ms):.2f} ms")
+    print(f"  {floor.row('allocate', p50, p99, done.floors)}")
+    print("\n".join(done.floors.lines()))
+    print("\n".join(profile(done.samples, done.trips)))
+    print("\n".join(steps(done.spans, len(done.samples))))
     return 0
 
 

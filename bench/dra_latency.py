@@ -15,8 +15,10 @@ and waits until its device is offered again. Stamps, all on arrival of a pushed 
   complete then). In between, the watcher declares the Pod gone, the reclaimer destroys the
   partition and the allocator re-publishes.
 
-Every wait has a deadline; a miss counts as infinitely slow. Goals (issue 22): prepare p99 <
-20 ms, slices re-published p99 < 100 ms.
+Every wait has a deadline; a miss counts as infinitely slow. Each figure is printed beside its
+floor, the bare round trips of its path measured at the end of the run on the stack's own
+nats-server and in its DRA plugin socket directory (bench.floors), and the goals issue 27 states
+(DRA prepare p99 < 20 ms; DRA Pod deleted -> slices re-published p99 < 100 ms).
 
 Slice writes are counted from the same ResourceSlice watch (every ADDED, MODIFIED or DELETED of
 the node's slices is one write): per Pod cycle, and with the pool generations each cycle moved
@@ -41,6 +43,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from bench import floors as floor
 from bench.figures import Latency
 from partkeeper.dra import DRIVER
 from partkeeper.stack.launch import Stack, launch
@@ -268,17 +271,23 @@ async def session(stack: Stack, cycles: int, bystanders: int) -> tuple[list[Cycl
         await asyncio.gather(follower, return_exceptions=True)
 
 
-async def measure_async(cycles: int, bystanders: int) -> tuple[list[Cycle], Quiet]:
+async def measure_async(cycles: int, bystanders: int
+                        ) -> tuple[list[Cycle], Quiet, floor.Floors]:
     layout = Layout(Path(tempfile.mkdtemp(prefix="pk-bench-")))
     supervisor = Supervisor(layout.pids_file)
     try:
         layout.create()
         stack = await launch(layout, supervisor, mode="dra")
         try:
-            return await supervisor.guard(session(stack, cycles, bystanders),
-                                          timeout=60 + (cycles + bystanders) * 3 * DEADLINE,
-                                          what="the DRA benchmark",
-                                          log=layout.log("allocator"))
+            done, still = await supervisor.guard(
+                session(stack, cycles, bystanders),
+                timeout=60 + (cycles + bystanders) * 3 * DEADLINE, what="the DRA benchmark",
+                log=layout.log("allocator"))
+            # the directory of the plugin socket kubelet calls NodePrepareResources on
+            floors = await floor.measure(stack.nats_url,
+                                         stack.config.kubelet_plugins_dir / DRIVER,
+                                         auth=stack.auth)
+            return done, still, floors
         finally:
             await stack.nc.close()
     finally:
@@ -290,22 +299,21 @@ def _between(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else b - a
 
 
-GOALS = {"claim allocated -> partition ready (prepare)": "goal p99 < 20 ms",
-         "Pod deleted -> slices re-published": "goal p99 < 100 ms"}
-
-
-def report(cycles: list[Cycle], n: int, still: Quiet) -> list[str]:
-    rows = [
-        Latency.of("claim allocated -> partition ready (prepare)",
-                   [_between(c.allocated, c.ready) for c in cycles]),
-        Latency.of("Pod deleted -> slices re-published",
-                   [_between(c.deleted, c.republished) for c in cycles]),
-    ]
+def report(cycles: list[Cycle], n: int, still: Quiet, floors: floor.Floors) -> list[str]:
+    rows = {
+        "prepare": Latency.of("claim allocated -> partition ready (prepare)",
+                              [_between(c.allocated, c.ready) for c in cycles]),
+        "republished": Latency.of("Pod deleted -> slices re-published",
+                                  [_between(c.deleted, c.republished) for c in cycles]),
+    }
     lines = [f"setup: one {PROFILE} Pod at a time on two H100-80GB, sim driver at zero latency, "
              f"watches stamped on arrival, deadline {DEADLINE:g} s per stamp; {len(cycles)} of "
              f"{n} cycles"]
-    lines += [f"{row.label}: {row.text()} ({GOALS[row.label]})" for row in rows
-              if row is not None]
+    for key, row in rows.items():
+        if row is not None:
+            lines += [f"{row.label}: {row.text()}",
+                      f"  {floor.row(key, row.p50, row.p99, floors)}"]
+    lines += floors.lines()
     if cycles:
         writes = sorted(c.writes for c in cycles)
         most = max(c.generations for c in cycles)
@@ -324,11 +332,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="unrelated Pods that come and go on the quiet node")
     args = parser.parse_args(argv)
     try:
-        cycles, still = asyncio.run(measure_async(args.cycles, args.quiet))
+        cycles, still, floors = asyncio.run(measure_async(args.cycles, args.quiet))
     except StackError as exc:
         print(f"{NAME}: {exc}", file=sys.stderr)
         return 1
-    print("\n".join(report(cycles, args.cycles, still)))
+    print("\n".join(report(cycles, args.cycles, still, floors)))
     return 0
 
 

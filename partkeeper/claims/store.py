@@ -84,37 +84,63 @@ class ClaimsStore:
         wanted = sorted(set(cards or []) | set(await self.cards()))
         return {card: await self.read(card) for card in wanted}
 
-    async def update(self, card: int, mutate: Mutation, *,
-                     reasons: Mapping[str, str] | None = None) -> tuple[CardClaims, int]:
+    async def update(
+        self, card: int, mutate: Mutation, *, reasons: Mapping[str, str] | None = None,
+        known: tuple[CardClaims, int] | None = None,
+    ) -> tuple[CardClaims, int]:
         """Apply `mutate` with compare-and-set; returns the written document and revision.
 
         `mutate` may raise TransitionError to refuse; nothing is written then. Returning the
         same object means "no change" and writes nothing. `reasons` (by claim id) go into the
         audit entries of this write's transitions (outbox.transitions).
+
+        `known`: the document and revision the caller read or wrote a moment ago. The first
+        attempt writes against it without reading; the revision makes that safe (a stale one is
+        refused by the server). Only a write is taken from it: a mutation that changes nothing
+        or refuses on it is judged again on a fresh read, so the outcome is the one without it.
         """
         key = claims_key(self.node, card)
+        if known is not None:
+            doc, revision = known
+            try:
+                new = mutate(doc)
+            except Exception:
+                new = doc  # judged again below, on a fresh read
+            if new is not doc:
+                done = await self._put(card, key, doc, revision, new, reasons)
+                if done is not None:
+                    return done
         for attempt in range(1, self.max_conflicts + 1):
             doc, revision = await self.read(card)
             new = mutate(doc)
             if new is doc:
                 return doc, revision
-            if self.announce:
-                new = outbox.record(doc, new, self._published.get(card, set()), time.time(),
-                                     reasons)
-            try:
-                if revision == 0:
-                    written = await self.kv.create(key, encode(new))
-                else:
-                    written = await self.kv.update(key, encode(new), last=revision)
-            except KeyWrongLastSequenceError:
-                self.conflicts += 1
-                await asyncio.sleep(backoff.delay(attempt, base=0.002, cap=0.05))
-                continue
-            if self.announce:
-                await faults.reach("claims.after_write")
-                await self._send(card, new)
-            return new, int(written)
+            done = await self._put(card, key, doc, revision, new, reasons)
+            if done is not None:
+                return done
+            self.conflicts += 1
+            await asyncio.sleep(backoff.delay(attempt, base=0.002, cap=0.05))
         raise ConflictExhausted(f"claims of card {card}: {self.max_conflicts} conflicts in a row")
+
+    async def _put(
+        self, card: int, key: str, doc: CardClaims, revision: int, new: CardClaims,
+        reasons: Mapping[str, str] | None,
+    ) -> tuple[CardClaims, int] | None:
+        """Write `new`, mutated from `doc`, against `revision` with its audit entries, then send
+        them; None when another writer has moved the revision on (nothing written)."""
+        if self.announce:
+            new = outbox.record(doc, new, self._published.get(card, set()), time.time(), reasons)
+        try:
+            if revision == 0:
+                written = await self.kv.create(key, encode(new))
+            else:
+                written = await self.kv.update(key, encode(new), last=revision)
+        except KeyWrongLastSequenceError:
+            return None
+        if self.announce:
+            await faults.reach("claims.after_write")
+            await self._send(card, new)
+        return new, int(written)
 
     async def _send(self, card: int, doc: CardClaims) -> None:
         """Publish the outbox entries of `doc` not yet sent, oldest first, stopping at the first

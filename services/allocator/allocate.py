@@ -129,7 +129,8 @@ class Allocator:
         # same container before either has written its claim (kubelet admits one at a time).
         handed_on: Claim | None = None  # the live-looking holder of tokens kubelet handed on
         async with self._choosing:
-            known = await self._claims()
+            with _tracer.start_as_current_span("claims read"):
+                known = await self._claims()
             claims = [c for card in sorted(known[0]) for c in known[0][card].claims.values()]
             group = retry.existing(claims, offer.resource, ids)
             if group:
@@ -232,8 +233,10 @@ class Allocator:
         while True:
             change = self.ctx.changes.next_change()
             async with self.ctx.placing:
-                snap = await self._snapshot(known)
+                with _tracer.start_as_current_span("snapshot"):  # the cards' instances, a hop
+                    snap = await self._snapshot(known)
                 known = None  # every later attempt reads afresh
+                writes.track(snap.docs, snap.revisions)  # the claim writes go against it
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids))
                 if spots is not None:
@@ -345,7 +348,8 @@ class Allocator:
             response = await handoff.slice_reply(self.ctx, claims)
         else:
             await self._write_descriptors(claims)
-            edits, cdi_names = await handoff.prepare(self.ctx, claims)
+            with _tracer.start_as_current_span("container edits"):
+                edits, cdi_names = await handoff.prepare(self.ctx, claims)
             response = reply.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response

@@ -1,5 +1,7 @@
-"""The allocator's claim transitions, each one compare-and-set through `ClaimsStore.update` and
-then published on the audit stream. Nothing else in the allocator writes claims.
+"""The allocator's claim transitions, each one compare-and-set through `ClaimsStore.update`, whose
+outbox announces it on the audit stream (partkeeper/claims/outbox.py: the same `ClaimChanged`,
+same msg id, that this module used to publish a second time after each write; issue 27). Nothing
+else in the allocator writes claims.
 
     (none) -> creating     begin       before the driver is asked for anything (invariant 4)
     creating -> active     activate    the instance exists; its identity is recorded
@@ -14,19 +16,22 @@ then published on the audit stream. Nothing else in the allocator writes claims.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 
 import msgspec
 
 from partkeeper.claims import TransitionError, machine
+from partkeeper.claims.store import Mutation
 from partkeeper.drivers import Instance
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim, LiveInstance
-from services.allocator import events, patience
+from services.allocator import patience
 from services.allocator.catalog import Offer
 from services.allocator.context import Context
 from services.allocator.placement import Spot
@@ -46,6 +51,33 @@ class Vanished(Exception):
 
 class WriteUnknown(Exception):
     """A claim write failed and a re-read could not say whether the store applied it."""
+
+
+# The claims an Allocate or a prepare read, then what each of its writes wrote, by card: its next
+# write on that card goes against that revision instead of reading the card again (a round trip
+# per write; issue 27). The compare-and-set keeps it safe: a revision another writer has passed
+# is refused by the server and the store reads afresh. A context variable, so that the tasks a
+# call starts (its realisation) share it and concurrent calls do not.
+_fresh: contextvars.ContextVar[dict[int, tuple[CardClaims, int]] | None] = \
+    contextvars.ContextVar("fresh_claims", default=None)
+
+
+def track(docs: Mapping[int, CardClaims], revisions: Mapping[int, int]) -> None:
+    """Start this call's record with a claims read it just made (see `_fresh`)."""
+    _fresh.set({card: (doc, revisions[card]) for card, doc in docs.items()})
+
+
+async def _update(ctx: Context, card: int, mutate: Mutation, *, reason: str = "",
+                  claim_id: str = "") -> tuple[CardClaims, int]:
+    """`ctx.store.update`, against this call's last read or write of the card when it has one.
+    `reason`: why `claim_id`'s transition is made, for its audit entry."""
+    fresh = _fresh.get()
+    known = fresh.pop(card, None) if fresh is not None else None
+    reasons = {claim_id: reason} if reason else None
+    result = await ctx.store.update(card, mutate, reasons=reasons, known=known)
+    if fresh is not None:
+        fresh[card] = result
+    return result
 
 
 def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) -> Claim:
@@ -76,7 +108,7 @@ async def begin(ctx: Context, claim: Claim) -> bool:
         # Every failed attempt is checked before the next: a write whose reply was lost may have
         # been applied, and writing it again would plan this claim a second placement.
         try:
-            await ctx.store.update(claim.card, mutate)
+            await _update(ctx, claim.card, mutate)
         except TransitionError:
             raise
         except Exception as exc:
@@ -94,7 +126,6 @@ async def begin(ctx: Context, claim: Claim) -> bool:
         return False
     decision(log, f"claimed {claim.profile} at {claim.start}+{claim.size} for {claim.container}",
              pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="creating")
-    await events.claim_changed(ctx.js, ctx.node, claim, "creating")
     return True
 
 
@@ -133,13 +164,11 @@ async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Cla
             span.set_attribute("pk.instance_uuid", live.uuid)
         mutate = functools.partial(_activation, claim_id=claim.id, live=live)
         doc, _ = await patience.waiting(ctx, f"activating claim {claim.id}",
-                                        lambda: ctx.store.update(claim.card, mutate))
+                                        lambda: _update(ctx, claim.card, mutate))
         active = doc.claims[claim.id]
         decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
                  instance=live.uuid if live else None)
-        await events.claim_changed(ctx.js, ctx.node, active, "active",
-                                   instance_uuid=live.uuid if live else None)
     return active
 
 
@@ -158,8 +187,9 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
     """
     found: list[bool] = []
     try:
-        await ctx.store.update(claim.card, functools.partial(_abandonment, claim_id=claim.id,
-                                                             found=found))
+        await _update(ctx, claim.card, functools.partial(_abandonment, claim_id=claim.id,
+                                                         found=found),
+                      reason=reason, claim_id=claim.id)
     except Exception as exc:
         decision(log, f"could not abandon the claim ({exc}); it is left to the reclaimer",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
@@ -168,7 +198,6 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
         return  # never written (or already gone): nothing to say
     decision(log, f"abandoned claim: {reason}", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="removed")
-    await events.claim_changed(ctx.js, ctx.node, claim, "removed", reason=reason)
 
 
 def _leaving(doc: CardClaims, claim_id: str, live: LiveInstance) -> CardClaims:
@@ -184,7 +213,7 @@ async def leave(ctx: Context, claim: Claim, instance: Instance, reason: str) -> 
     once; a `creating` one stays as it is, for kubelet's retry to adopt or, once its Pod is
     declared finished or gone, for the reclaimer to destroy at its spec."""
     live = LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
-    await ctx.store.update(claim.card, functools.partial(_leaving, claim_id=claim.id, live=live))
+    await _update(ctx, claim.card, functools.partial(_leaving, claim_id=claim.id, live=live))
     decision(log, f"left instance to the reclaimer: {reason}", pod_uid=claim.pod_uid,
              card=claim.card, claim_id=claim.id, instance=instance.uuid)
 
@@ -199,14 +228,13 @@ def _released(doc: CardClaims, claim_id: str, reason: str) -> CardClaims:
 async def release(ctx: Context, claim: Claim, reason: str) -> None:
     """Mark the claim releasing (the reclaimer destroys it); nothing when it is gone already or
     releasing. Raises TransitionError for a state that cannot be released."""
-    doc, _ = await ctx.store.update(
-        claim.card, functools.partial(_released, claim_id=claim.id, reason=reason))
+    doc, _ = await _update(
+        ctx, claim.card, functools.partial(_released, claim_id=claim.id, reason=reason))
     now = doc.claims.get(claim.id)
     if now is None or now.release_reason != reason:
         return
     decision(log, f"released: {reason}", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="releasing")
-    await events.claim_changed(ctx.js, ctx.node, now, "releasing", reason=reason)
 
 
 def _unprepared(doc: CardClaims, claim_id: str, at: float) -> CardClaims:
@@ -219,7 +247,7 @@ def _unprepared(doc: CardClaims, claim_id: str, at: float) -> CardClaims:
 
 async def unprepared(ctx: Context, claim: Claim, at: float) -> None:
     """Record when kubelet unprepared the claim's ResourceClaim (0: prepared again)."""
-    await ctx.store.update(claim.card, functools.partial(_unprepared, claim_id=claim.id, at=at))
+    await _update(ctx, claim.card, functools.partial(_unprepared, claim_id=claim.id, at=at))
     what = "unprepared" if at else "prepared again"
     decision(log, f"ResourceClaim {claim.resource_claim} {what} on this node",
              pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)

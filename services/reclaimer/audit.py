@@ -18,8 +18,7 @@ from nats.js import JetStreamContext
 from partkeeper.bus import publish
 from partkeeper.claims import ClaimsStore
 from partkeeper.drivers.base import Instance
-from schemas import Claim, ClaimChanged, DestroyFailed, ForeignFound, ForeignGone
-from schemas.events import ClaimState
+from schemas import Claim, DestroyFailed, ForeignFound, ForeignGone
 from schemas.names import parts_subject
 
 log = logging.getLogger(__name__)
@@ -59,16 +58,6 @@ class Audit:
                     log.warning("audit publish of %s deferred: %s", msg_id, exc)
                     return
                 self.pending.popleft()
-
-    async def claim(self, claim: Claim, state: ClaimState, reason: str) -> None:
-        instance = claim.instance.uuid if claim.instance else None
-        event = ClaimChanged(
-            node=self.node, at=time.time(), card=claim.card, claim_id=claim.id,
-            pod_uid=claim.pod_uid, namespace=claim.namespace, name=claim.name,
-            container=claim.container, profile=claim.profile, start=claim.start,
-            size=claim.size, state=state, instance_uuid=instance, reason=reason,
-        )
-        await self.emit(claim.card, event, f"claim/{claim.id}/{state}")
 
     async def destroy_failed(
         self, claim: Claim, instance: Instance, kind: str, message: str, attempts: int

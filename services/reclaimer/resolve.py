@@ -28,7 +28,7 @@ from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim
 from services.reclaimer.context import Context
-from services.reclaimer.decide import Decision, Step, decide, sighting
+from services.reclaimer.decide import Decision, Step, decide, needs_sighting, sighting
 from services.reclaimer.pods import Evidence
 from services.reclaimer.spans import failed, step
 from services.reclaimer.tuning import retry_delay
@@ -58,6 +58,7 @@ class Later:
 
 
 Result = Outcome | Again | Later
+Known = tuple[CardClaims, int]  # a card's document and the revision it was read at
 
 
 async def attempt(
@@ -66,26 +67,29 @@ async def attempt(
     """Take the next step for the claim; `failures` counts this job's failed steps so far."""
     await ctx.audit.flush()
     try:
-        doc, _ = await ctx.store.read(card)
+        doc, revision = await ctx.store.read(card)
     except StoreReadError as exc:
         log.warning("claims of card %d unreadable: %s; retrying", card, exc)
         return Later(retry_delay(failures + 1, ctx.tuning), f"claims unreadable: {exc}")
     claim = doc.claims.get(claim_id)
     if claim is None:
         return Outcome(card, claim_id, True, "the claim is no longer in the store")
-    instances = await ctx.instances(card)
+    instances = await ctx.instances(card) if needs_sighting(claim, evidence.pod) else None
     seen = sighting(doc, claim_id, instances, ctx.driver.same_partition)
     chosen = decide(claim, seen, evidence.pod, time.time(),
                     create_timeout=ctx.tuning.create_timeout)
     try:
-        return await _take(ctx, claim, chosen, evidence, failures)
+        # The step's write goes against this read (no second read; a revision another writer
+        # has passed is refused, and the store reads afresh).
+        return await _take(ctx, claim, chosen, evidence, failures, (doc, revision))
     except (StoreReadError, ConflictExhausted) as exc:
         _log(claim, "claims store refused the step", str(exc), level=logging.WARNING)
         return Later(retry_delay(failures + 1, ctx.tuning), f"claims store: {exc}")
 
 
 async def _take(
-    ctx: Context, claim: Claim, chosen: Decision, evidence: Evidence, failures: int
+    ctx: Context, claim: Claim, chosen: Decision, evidence: Evidence, failures: int,
+    known: Known,
 ) -> Result:
     match chosen.step:
         case Step.KEEP:
@@ -100,16 +104,16 @@ async def _take(
             return Later(delay, chosen.why)
         case Step.RELEASE:
             reason = evidence.reason if evidence.dead else chosen.why
-            return await _release(ctx, claim, reason)
+            return await _release(ctx, claim, reason, known)
         case Step.DESTROY:
             assert chosen.instance is not None
             return await _destroy(ctx, claim, chosen.instance, evidence)
         case Step.REMOVE:
-            return await _remove(ctx, claim)
+            return await _remove(ctx, claim, known=known)
     raise AssertionError(f"unhandled step {chosen.step}")
 
 
-async def _release(ctx: Context, claim: Claim, reason: str) -> Result:
+async def _release(ctx: Context, claim: Claim, reason: str, known: Known) -> Result:
     now = time.time()
     released = False
 
@@ -121,12 +125,11 @@ async def _release(ctx: Context, claim: Claim, reason: str) -> Result:
 
     with step("release", claim) as span:
         span.set_attribute("pk.reason", reason)
-        doc, _ = await ctx.store.update(claim.card, mutate)
+        doc, _ = await ctx.store.update(claim.card, mutate, known=known)
         span.set_attribute("pk.released", released)
         if released:
             marked = doc.claims[claim.id]
-            _log(marked, "claim releasing", reason)
-            await ctx.audit.claim(marked, "releasing", reason)
+            _log(marked, "claim releasing", reason)  # the store's outbox announces it
             await faults.reach("reclaimer.after_releasing")
     return Again()
 
@@ -179,16 +182,17 @@ async def _destroy_failed(
     return Later(delay, why)
 
 
-async def _remove(ctx: Context, claim: Claim, reason: str = _REMOVED) -> Result:
+async def _remove(ctx: Context, claim: Claim, reason: str = _REMOVED,
+                  known: Known | None = None) -> Result:
     # The removal's ClaimChanged is published inside this span: the allocator's capacity update
     # continues the trace from it.
     with step("remove", claim) as span:
-        result = await _removal(ctx, claim, reason)
+        result = await _removal(ctx, claim, reason, known)
         span.set_attribute("pk.removed", isinstance(result, Outcome))
     return result
 
 
-async def _removal(ctx: Context, claim: Claim, reason: str) -> Result:
+async def _removal(ctx: Context, claim: Claim, reason: str, known: Known | None) -> Result:
     if claim.kind == "partition" and claim.instance is not None:
         # Before the claim goes: while the claim exists, a crash here is finished on restart.
         await drop_descriptor(ctx.config.pods_dir, claim, claim.instance.uuid)
@@ -208,12 +212,12 @@ async def _removal(ctx: Context, claim: Claim, reason: str) -> Result:
         removed = True
         return machine.remove(doc, claim.id)
 
-    doc, _ = await ctx.store.update(claim.card, mutate, reasons={claim.id: reason})
+    doc, _ = await ctx.store.update(claim.card, mutate, reasons={claim.id: reason},
+                                    known=known)
     if claim.id in doc.claims:
         return Again()
     if removed:
-        _log(claim, "claim removed", reason)
-        await ctx.audit.claim(claim, "removed", reason)
+        _log(claim, "claim removed", reason)  # the store's outbox announces it
     return Outcome(claim.card, claim.id, True, "destroyed and removed")
 
 

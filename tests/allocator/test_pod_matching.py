@@ -160,8 +160,8 @@ async def test_claim_write_with_an_unknown_outcome_leaves_no_orphan(
     original = ClaimsStore.update
     timed_out: list[int] = []
 
-    async def reply_lost(self: ClaimsStore, card: int, mutate):  # type: ignore[no-untyped-def]
-        written = await original(self, card, mutate)
+    async def reply_lost(self: ClaimsStore, card: int, mutate, **kw):  # type: ignore[no-untyped-def]
+        written = await original(self, card, mutate, **kw)
         if getattr(mutate, "func", None) is machine.begin and not timed_out:
             timed_out.append(card)
             raise nats.errors.TimeoutError

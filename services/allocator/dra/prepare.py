@@ -102,9 +102,10 @@ class Preparer:
 
     async def _realise(self, w: Wanted) -> str:
         try:
-            doc, _ = await self.ctx.store.read(w.spec.card)
+            doc, revision = await self.ctx.store.read(w.spec.card)
         except StoreReadError as exc:
             raise PrepareError(f"{w.asked}: {exc}; nothing was prepared") from exc
+        writes.track({w.spec.card: doc}, {w.spec.card: revision})  # the claim writes go against it
         existing = doc.claims.get(w.claim_id)
         if existing is None:
             claim = new_claim(w, time.time())

@@ -1,0 +1,109 @@
+"""The bus round trips of one Allocate, counted and asserted: a change that adds one fails here
+and says which (issue 27's guard, not a timing).
+
+The allocator runs via `serve` on a connection of its own, counted by `partkeeper.bus.trips`;
+kubelet's side is a gRPC client sending a `traceparent`, so the trips of the call are those made
+in its trace (the recompute and the claims watch that follow are another trace). The watcher is a
+stand-in answering `pods.pending` on another connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from partkeeper.bus import ensure_topology, serve
+from partkeeper.bus.rpc import Endpoint
+from partkeeper.bus.trips import Trips, count, kinds, new_trace
+from partkeeper.config import Config
+from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper.kubelet import deviceplugin_pb2 as pb
+from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
+from partkeeper.stack.natsserver import NatsServer
+from schemas import ContainerRequest, PendingPodsQuery, PendingPodsReply, PodRecord, encode
+from schemas.names import BUCKET_PODS, SERVICE_WATCHER, pods_key, pods_pending_subject
+from services.allocator.main import serve as serve_allocator
+from services.allocator.options import Options
+from services.allocator.registration import endpoint_name
+
+RESOURCE = "nvidia.com/mig-1g.10gb"
+
+# One Allocate of a fresh Pod the kubelet admits once (the common case), on a node with room.
+# Each line is a step of docs/contract.md section 5; see docs/benchmarks.md, "Allocate".
+ALLOCATE = {
+    # the card's claims, once: the retry check, the Pod lookup and the plan share it, and both
+    # compare-and-sets write against it and then against the first one's revision
+    "kv read pk-claims": 1,
+    "request pods.pending": 1,  # which Pod: the watcher's view
+    "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
+    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
+    # longer sends it a second time for the stream to drop as a duplicate)
+    "publish pk.parts": 2,
+}
+
+
+def pod(node: str, i: int) -> PodRecord:
+    return PodRecord(node=node, uid=str(uuid.uuid4()), namespace="rt", name=f"pod-{i}",
+                     phase="Pending", state="live", created=f"{i:08d}",
+                     containers=[ContainerRequest(name="main", requests={RESOURCE: 1})],
+                     resource_version=str(i), updated_at=time.time())
+
+
+@pytest.fixture
+async def counted(nats_server: NatsServer) -> AsyncIterator[Client]:
+    nc = await nats.connect(nats_server.url)
+    yield nc
+    await nc.close()
+
+
+async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> None:
+    js = nc.jetstream()
+    await ensure_topology(js)
+    directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
+    init_state(directory / "sim.json", ["H100-80GB"], [])
+    pending: list[PodRecord] = []
+
+    async def answer(query: PendingPodsQuery) -> PendingPodsReply:
+        return PendingPodsReply(pods=list(pending))
+
+    watcher = await serve(nc, name=SERVICE_WATCHER, version="0.0.0", description="test",
+                          endpoints=[Endpoint("pods-pending", pods_pending_subject(node),
+                                              PendingPodsQuery, answer)])
+    config = Config(node=node, kubelet_dir=directory / "dp", pods_dir=directory / "pods",
+                    pod_resources_socket=directory / "absent.sock", driver="sim",
+                    sim_state=directory / "sim.json")
+    trips: Trips = count(counted)
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve_allocator(
+        config, counted, ready=ready, options=Options(driver=SimDriver(directory / "sim.json"))))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        pods_kv = await js.key_value(BUCKET_PODS)
+        seen = []
+        async with open_unix_channel(config.kubelet_dir / endpoint_name(RESOURCE)) as channel:
+            stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)
+            for i, token in enumerate(["1g.10gb-0", "1g.10gb-1"]):
+                record = pod(node, i)
+                await pods_kv.put(pods_key(node, record.uid), encode(record))
+                pending[:] = [record]
+                trace_id, metadata = new_trace()
+                await stub.Allocate(pb.AllocateRequest(container_requests=[
+                    pb.ContainerAllocateRequest(devices_ids=[token])]), timeout=30,
+                    metadata=metadata)
+                seen.append(trips.of_trace(trace_id))
+        for made in seen:
+            assert kinds(made) == ALLOCATE, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.stop()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,48 @@
+"""The bus round trips of one DRA prepare, counted and asserted: a change that adds one fails here
+and says which (issue 27's guard, not a timing).
+
+The node's connection is counted by `partkeeper.bus.trips` and kubelet's NodePrepareResources
+carries a `traceparent`, so the prepare's trips are those made in its trace (the slice publisher
+and the claims watch that follow are other traces).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from allocator.allocator_harness import until
+from dra.dra_harness import dra_node
+
+from partkeeper.bus.trips import count, kinds, new_trace
+from partkeeper.kubelet import dra_pb2 as pb
+from partkeeper.kubelet import dra_pb2_grpc, open_unix_channel
+
+# One prepare of a claim the scheduler allocated, prepared once (the common case): see
+# docs/benchmarks.md, "DRA prepare".
+PREPARE = {
+    # the card's claims, once: both compare-and-sets write against it, then against the first
+    "kv read pk-claims": 1,
+    "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
+    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
+    # longer sends it a second time for the stream to drop as a duplicate)
+    "publish pk.parts": 2,
+}
+
+
+async def test_prepare_round_trips(nc, js, node, kubeconfig) -> None:
+    trips = count(nc)
+    async with dra_node(nc, node, kubeconfig) as stack:
+        async def offered() -> bool:
+            return "gpu-0-mig-1g10gb-6" in await stack.offered()
+
+        await until(offered, "the slices offer 1g.10gb at 6")
+        ref = await stack.allocated("c1", "gpu-0-mig-1g10gb-6", str(uuid.uuid4()), "p1")
+        trace_id, metadata = new_trace()
+        async with open_unix_channel(stack.service_socket) as channel:
+            stub = dra_pb2_grpc.DRAPluginStub(channel)
+            reply = await stub.NodePrepareResources(
+                pb.NodePrepareResourcesRequest(claims=[ref]), timeout=30, metadata=metadata)
+        assert reply.claims[ref.uid].error == ""
+        made = trips.of_trace(trace_id)
+        assert kinds(made) == PREPARE, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+
