@@ -38,9 +38,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bench import floors as floor
-from partkeeper.bus import ensure_topology, serve
+from partkeeper.bus import ensure_topology
 from partkeeper.bus.kv import Bucket
-from partkeeper.bus.rpc import Endpoint
 from partkeeper.bus.trips import Trip, Trips, count, new_trace
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
@@ -51,8 +50,6 @@ from partkeeper.stack.natsserver import NatsServer
 from schemas import (
     ContainerRequest,
     NodeCapacity,
-    PendingPodsQuery,
-    PendingPodsReply,
     PodRecord,
     decode,
     encode,
@@ -61,14 +58,13 @@ from schemas.names import (
     BUCKET_CAPACITY,
     BUCKET_CLAIMS,
     BUCKET_PODS,
-    SERVICE_WATCHER,
     capacity_key,
     pods_key,
-    pods_pending_subject,
 )
 from services.allocator.main import serve as serve_allocator
 from services.allocator.options import Options
 from services.allocator.registration import endpoint_name
+from tests_support.lone_allocator import lone_config, pending_watcher
 
 NODE = "bench-node"
 RESOURCE = "nvidia.com/mig-1g.10gb"
@@ -129,16 +125,8 @@ async def run(calls: int, warmup: int, where: str, floor_calls: int) -> Run:
         init_state(directory / "sim.json", ["H100-80GB"], [])
         driver = Serialised(SimDriver(directory / "sim.json"))
         pending: list[PodRecord] = []
-
-        async def answer(query: PendingPodsQuery) -> PendingPodsReply:
-            return PendingPodsReply(pods=list(pending))
-
-        watcher = await serve(nc, name=SERVICE_WATCHER, version="0.0.0", description="bench",
-                              endpoints=[Endpoint("pods-pending", pods_pending_subject(NODE),
-                                                  PendingPodsQuery, answer)])
-        config = Config(node=NODE, kubelet_dir=directory / "dp", pods_dir=directory / "pods",
-                        pod_resources_socket=directory / "absent.sock", driver="sim",
-                        sim_state=directory / "sim.json")
+        watcher = await pending_watcher(nc, NODE, pending)
+        config = lone_config(directory, NODE)
         ready = asyncio.Event()
         options = Options(driver=driver)
         trips = count(counted)

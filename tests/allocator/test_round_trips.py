@@ -21,19 +21,18 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from partkeeper.bus import ensure_topology, serve
-from partkeeper.bus.rpc import Endpoint
+from partkeeper.bus import ensure_topology
 from partkeeper.bus.trips import Trips, count, kinds, new_trace
-from partkeeper.config import Config
 from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
 from partkeeper.stack.natsserver import NatsServer
-from schemas import ContainerRequest, PendingPodsQuery, PendingPodsReply, PodRecord, encode
-from schemas.names import BUCKET_PODS, SERVICE_WATCHER, pods_key, pods_pending_subject
+from schemas import ContainerRequest, PodRecord, encode
+from schemas.names import BUCKET_PODS, pods_key
 from services.allocator.main import serve as serve_allocator
 from services.allocator.options import Options
 from services.allocator.registration import endpoint_name
+from tests_support.lone_allocator import lone_config, pending_watcher
 
 RESOURCE = "nvidia.com/mig-1g.10gb"
 
@@ -71,16 +70,8 @@ async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> N
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     init_state(directory / "sim.json", ["H100-80GB"], [])
     pending: list[PodRecord] = []
-
-    async def answer(query: PendingPodsQuery) -> PendingPodsReply:
-        return PendingPodsReply(pods=list(pending))
-
-    watcher = await serve(nc, name=SERVICE_WATCHER, version="0.0.0", description="test",
-                          endpoints=[Endpoint("pods-pending", pods_pending_subject(node),
-                                              PendingPodsQuery, answer)])
-    config = Config(node=node, kubelet_dir=directory / "dp", pods_dir=directory / "pods",
-                    pod_resources_socket=directory / "absent.sock", driver="sim",
-                    sim_state=directory / "sim.json")
+    watcher = await pending_watcher(nc, node, pending)
+    config = lone_config(directory, node)
     trips: Trips = count(counted)
     ready = asyncio.Event()
     task = asyncio.create_task(serve_allocator(
