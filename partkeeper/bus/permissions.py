@@ -85,13 +85,14 @@ def _read(bucket: str, key: str = f"{NODE}.>") -> tuple[str, ...]:
     return (f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}",)
 
 
-def _watch(bucket: str) -> tuple[str, ...]:
-    """An ordered consumer on the bucket (a KV watch); nats-py puts its filter in the body, so
-    this grant reads every node's keys of the bucket: only the allocator, which watches, has it
-    (docs/security.md, "Known limits")."""
-    stream = f"KV_{bucket}"
-    return (f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.DELETE.{stream}.*",
-            f"$JS.API.CONSUMER.INFO.{stream}.*")
+def _watch(stream: str, subjects: str) -> tuple[str, ...]:
+    """Ordered watches of this node's `subjects` (bus/ordered.py): each consumer is created under
+    a fresh name with its filter in the create subject, and the server refuses a body whose
+    filter differs from the subject's, so `*` (any name) reads no other node's subjects. No
+    CONSUMER.DELETE or INFO: the watch never asks either, and a consumer it leaves is removed by
+    the server after its inactive threshold; a delete grant would need the same `*` and would
+    let the service delete other nodes' consumers."""
+    return (f"$JS.API.CONSUMER.CREATE.{stream}.*.{subjects}",)
 
 
 def _serves(micro: str) -> tuple[str, ...]:
@@ -127,11 +128,10 @@ ALLOCATOR = Role(
         f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.pending", f"pk.{NODE}.reclaim.now",
         f"$KV.{BUCKET_CLAIMS}.{NODE}.>", f"$KV.{BUCKET_CAPACITY}.{NODE}",
         *_look(), *_read(BUCKET_CLAIMS), *_read(BUCKET_PODS),
-        *_watch(BUCKET_CLAIMS), *_watch(BUCKET_PODS),
-        # following the audit log (removals.py): an ordered consumer, its filter in the body
-        f"$JS.API.CONSUMER.CREATE.{STREAM_PARTITIONS}",
-        f"$JS.API.CONSUMER.DELETE.{STREAM_PARTITIONS}.*",
-        f"$JS.API.CONSUMER.INFO.{STREAM_PARTITIONS}.*",
+        *_watch(f"KV_{BUCKET_CLAIMS}", f"$KV.{BUCKET_CLAIMS}.{NODE}.>"),
+        *_watch(f"KV_{BUCKET_PODS}", f"$KV.{BUCKET_PODS}.{NODE}.>"),
+        # following the audit log (removals.py)
+        *_watch(STREAM_PARTITIONS, f"pk.parts.{NODE}.>"),
         "$JS.FC.>",
     ),
     subscribe=(*_inbox("allocator"), f"pk.{NODE}.claims.query", *_serves(SERVICE_ALLOCATOR)),

@@ -40,8 +40,9 @@ _CONF_HEADER = """\
 #                       pk-provision may create or update, and no one deletes or purges
 #   $JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<node>.>  KV reads of this node's keys only (the
 #                       buckets have allow_direct, so the key is in the subject)
-#   $JS.API.CONSUMER.CREATE.<stream>    ephemeral ordered consumers (KV watches, the allocator
-#                       following the audit log): their filter is in the body, not the subject
+#   $JS.API.CONSUMER.CREATE.<stream>.*.<node's subjects>.>  the allocator's ordered watches
+#                       (bus/ordered.py): named consumers, the filter in the subject, which the
+#                       server holds the body to; this node's subjects only
 #   $JS.FC.>, $JS.ACK.> flow control of KV watches, acks of its durable consumer
 """
 
