@@ -61,6 +61,7 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role allocator \
   --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-pods.*.$KV.pk-pods.{{tag(node)}}.>' \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.*.pk.parts.{{tag(node)}}.>' \
   --allow-pub '$JS.FC.>' \
+  --deny-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.>' \
   --allow-sub '_INBOX.{{tag(node)}}.allocator.>' \
   --allow-sub 'pk.{{tag(node)}}.claims.query' \
   --allow-sub '$SRV.PING' \

@@ -54,13 +54,15 @@ class Role:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     allow_responses: bool = False
+    deny_publish: tuple[str, ...] = ()  # carved out of `publish` (NATS checks deny after allow)
 
     def render(self, node_token: str) -> Role:
         """The same role with `{node}` replaced (a static configuration for one node)."""
         return Role(self.name, self.user, self.summary,
                     tuple(s.replace(NODE, node_token) for s in self.publish),
                     tuple(s.replace(NODE, node_token) for s in self.subscribe),
-                    self.allow_responses)
+                    self.allow_responses,
+                    tuple(s.replace(NODE, node_token) for s in self.deny_publish))
 
 
 def _look() -> tuple[str, ...]:
@@ -68,10 +70,14 @@ def _look() -> tuple[str, ...]:
     return tuple(f"$JS.API.STREAM.INFO.{name}" for name in TOPOLOGY)
 
 
+def _durable_name(service: str, stream: str) -> str:
+    # schemas.names.durable_name with the node left as a template (it would escape the braces)
+    return f"{service}-{stream.lower()}-{NODE}"
+
+
 def _durable(service: str, stream: str, filter_subject: str) -> tuple[str, ...]:
     """A durable pull consumer of this node: look it up, create it, pull, ack."""
-    # schemas.names.durable_name with the node left as a template (it would escape the braces)
-    durable = f"{service}-{stream.lower()}-{NODE}"
+    durable = _durable_name(service, stream)
     return (
         f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
         f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{filter_subject}",
@@ -83,6 +89,13 @@ def _durable(service: str, stream: str, filter_subject: str) -> tuple[str, ...]:
 def _read(bucket: str, key: str = f"{NODE}.>") -> tuple[str, ...]:
     """Direct get of this node's keys only (the bucket is created with allow_direct)."""
     return (f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}",)
+
+
+def _not_theirs(stream: str, durable: str) -> str:
+    """A consumer create naming another service's durable: the server would take it as an
+    update of that consumer (nats-server consumer.go, addConsumerWithAssignment: an existing
+    name with the create-or-update action), which a watch grant's `*` name would allow."""
+    return f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>"
 
 
 def _watch(stream: str, subjects: str) -> tuple[str, ...]:
@@ -136,6 +149,9 @@ ALLOCATOR = Role(
     ),
     subscribe=(*_inbox("allocator"), f"pk.{NODE}.claims.query", *_serves(SERVICE_ALLOCATOR)),
     allow_responses=True,
+    # its PK_PARTITIONS watch grant covers the watcher's durable there (same node, same subjects)
+    deny_publish=(_not_theirs(STREAM_PARTITIONS,
+                              _durable_name("watcher-events", STREAM_PARTITIONS)),),
 )
 
 RECLAIMER = Role(

@@ -213,8 +213,9 @@ def _other_reads() -> list[str]:
 
 def _watches(service: str) -> list[str]:
     """Watches no service may create: an unnamed consumer (its filter only in the body, so it
-    could read every node's records), a named one on another node's subjects, and deleting a
-    consumer (the watches leave theirs to the server's inactive threshold)."""
+    could read every node's records), a named one on another node's subjects, one named as the
+    watcher's durable (the server would update that consumer), and deleting a consumer (the
+    watches leave theirs to the server's inactive threshold)."""
     unnamed = ["$JS.API.CONSUMER.CREATE.KV_pk-claims", "$JS.API.CONSUMER.CREATE.KV_pk-pods",
                "$JS.API.CONSUMER.CREATE.KV_pk-capacity", "$JS.API.CONSUMER.CREATE.PK_PARTITIONS"]
     others = [f"$JS.API.CONSUMER.CREATE.KV_pk-claims.w1.$KV.pk-claims.{OTHER}.*",
@@ -224,7 +225,10 @@ def _watches(service: str) -> list[str]:
               "$JS.API.CONSUMER.CREATE.PK_PARTITIONS.w1.pk.parts.>"]
     deletes = [f"$JS.API.CONSUMER.DELETE.PK_PARTITIONS.watcher-events-pk_partitions-{NODE}",
                "$JS.API.CONSUMER.DELETE.KV_pk-claims.w1", "$JS.API.CONSUMER.DELETE.KV_pk-pods.w1"]
-    return unnamed + others + deletes
+    durable = f"watcher-events-pk_partitions-{NODE}"
+    theirs = [] if service == "watcher" else [
+        f"$JS.API.CONSUMER.CREATE.PK_PARTITIONS.{durable}.pk.parts.{NODE}.*"]
+    return unnamed + others + theirs + deletes
 
 
 def _foreign_inboxes(service: str) -> list[str]:
