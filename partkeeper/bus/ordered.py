@@ -187,6 +187,8 @@ class OrderedWatch:
                 await self._create()
                 return
             except (TimeoutError, nats.errors.Error) as exc:
+                if self.nc.is_closed:  # closed for good (not reconnecting): end the watch
+                    raise
                 attempt += 1
                 wait = backoff.delay(attempt, cap=5.0)
                 log.warning("cannot create a watch of %s on %s (%s); again in %.1fs",

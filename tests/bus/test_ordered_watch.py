@@ -57,6 +57,28 @@ async def test_the_replay_ends_after_every_entry_present_at_the_start(nc: Client
         assert after is not None and after.key == keys[1] and after.value == b""
 
 
+async def test_a_watch_works_beside_the_previous_versions_watch_of_the_same_keys(
+        nc: Client) -> None:
+    """A rolling upgrade: the bucket and its records as the previous version left them, and its
+    allocator's nats-py KV watch (an unnamed consumer) still open on the same keys."""
+    node = a_node()
+    bucket = await nc.jetstream().key_value(BUCKET_CLAIMS)
+    for card in range(3):
+        await bucket.put(f"{claims_prefix(node)}{card}", b"old")
+    previous = await bucket.watch(f"{claims_prefix(node)}*")
+    try:
+        seen = []
+        async with contextlib.aclosing(kv.watch(nc, BUCKET_CLAIMS,
+                                                f"{claims_prefix(node)}*")) as entries:
+            async for entry in entries:
+                if entry is None:
+                    break
+                seen.append((entry.key, entry.value))
+        assert seen == [(f"{claims_prefix(node)}{c}", b"old") for c in range(3)]
+    finally:
+        await previous.stop()
+
+
 async def test_an_empty_replay_ends_at_once_and_a_start_at_new_skips_the_past(nc: Client) -> None:
     node = a_node()
     await _publish(nc, f"pk.parts.{node}.0", range(3))
