@@ -140,6 +140,9 @@ class OrderedWatch:
         if status:
             await self._reset(f"status {status} {headers.get(api.Header.DESCRIPTION, '')}")
             return None
+        if not msg.reply.startswith("$JS.ACK."):  # not a delivery: nothing to hand out
+            log.debug("watch %s: a message on its inbox that is no delivery; ignored", self.name)
+            return None
         meta = msg.metadata
         if meta.sequence.consumer != self._next_consumer:
             await self._reset(f"consumer sequence {meta.sequence.consumer}, expected "
