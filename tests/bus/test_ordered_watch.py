@@ -149,3 +149,22 @@ async def test_a_server_restart_loses_no_entry_and_repeats_none(own_server: Nats
             await cancel_all([reader.task])
     finally:
         await nc.close()
+
+
+async def test_a_watch_that_stops_leaves_no_consumer_behind(nc: Client) -> None:
+    """Nothing deletes the consumer (no delete grant): the server removes it once nobody has
+    listened for its inactive threshold, as it does for a dead allocator's."""
+    node = a_node()
+    reader = Reader(OrderedWatch(nc, STREAM_PARTITIONS, parts_filter(node), **FAST))
+    await asyncio.wait_for(reader.caught_up.wait(), 10)
+
+    async def consumers() -> list[str]:
+        infos = await nc.jetstream().consumers_info(STREAM_PARTITIONS)
+        return [i.name for i in infos if i.config.filter_subject == parts_filter(node)]
+
+    async def none_left() -> bool:
+        return not await consumers()
+
+    assert await consumers() == [reader.watch.name]
+    await cancel_all([reader.task])
+    await until(none_left, "the consumer removed by the server", 20)
