@@ -168,3 +168,23 @@ async def test_a_watch_that_stops_leaves_no_consumer_behind(nc: Client) -> None:
     assert await consumers() == [reader.watch.name]
     await cancel_all([reader.task])
     await until(none_left, "the consumer removed by the server", 20)
+
+
+async def test_a_replay_larger_than_the_flow_control_window_comes_whole(nc: Client) -> None:
+    """Several megabytes pending: the server asks for flow-control answers on the way (push
+    consumers with flow control, nats-server consumer.go `sendFlowControl`); unanswered, it
+    would stall the replay."""
+    js = nc.jetstream()
+    stream = f"T_{uuid.uuid4().hex[:8]}"
+    await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+    try:
+        payload = b"x" * 128 * 1024
+        sent = [(await js.publish(f"{stream.lower()}.a", payload)).seq for _ in range(64)]
+        reader = Reader(OrderedWatch(nc, stream, f"{stream.lower()}.>", **FAST))
+        try:
+            await asyncio.wait_for(reader.caught_up.wait(), 30)
+            assert reader.sequences == sent
+        finally:
+            await cancel_all([reader.task])
+    finally:
+        await js.delete_stream(stream)
