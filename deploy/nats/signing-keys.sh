@@ -57,16 +57,11 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role allocator \
   --allow-pub '$JS.API.STREAM.INFO.KV_pk-capacity' \
   --allow-pub '$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{{tag(node)}}.>' \
   --allow-pub '$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{{tag(node)}}.>' \
-  --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-claims' \
-  --allow-pub '$JS.API.CONSUMER.DELETE.KV_pk-claims.*' \
-  --allow-pub '$JS.API.CONSUMER.INFO.KV_pk-claims.*' \
-  --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-pods' \
-  --allow-pub '$JS.API.CONSUMER.DELETE.KV_pk-pods.*' \
-  --allow-pub '$JS.API.CONSUMER.INFO.KV_pk-pods.*' \
-  --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS' \
-  --allow-pub '$JS.API.CONSUMER.DELETE.PK_PARTITIONS.*' \
-  --allow-pub '$JS.API.CONSUMER.INFO.PK_PARTITIONS.*' \
+  --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-claims.*.$KV.pk-claims.{{tag(node)}}.>' \
+  --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-pods.*.$KV.pk-pods.{{tag(node)}}.>' \
+  --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.*.pk.parts.{{tag(node)}}.>' \
   --allow-pub '$JS.FC.>' \
+  --deny-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.>' \
   --allow-sub '_INBOX.{{tag(node)}}.allocator.>' \
   --allow-sub 'pk.{{tag(node)}}.claims.query' \
   --allow-sub '$SRV.PING' \

@@ -54,13 +54,15 @@ class Role:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
     allow_responses: bool = False
+    deny_publish: tuple[str, ...] = ()  # carved out of `publish` (NATS checks deny after allow)
 
     def render(self, node_token: str) -> Role:
         """The same role with `{node}` replaced (a static configuration for one node)."""
         return Role(self.name, self.user, self.summary,
                     tuple(s.replace(NODE, node_token) for s in self.publish),
                     tuple(s.replace(NODE, node_token) for s in self.subscribe),
-                    self.allow_responses)
+                    self.allow_responses,
+                    tuple(s.replace(NODE, node_token) for s in self.deny_publish))
 
 
 def _look() -> tuple[str, ...]:
@@ -68,10 +70,14 @@ def _look() -> tuple[str, ...]:
     return tuple(f"$JS.API.STREAM.INFO.{name}" for name in TOPOLOGY)
 
 
+def _durable_name(service: str, stream: str) -> str:
+    # schemas.names.durable_name with the node left as a template (it would escape the braces)
+    return f"{service}-{stream.lower()}-{NODE}"
+
+
 def _durable(service: str, stream: str, filter_subject: str) -> tuple[str, ...]:
     """A durable pull consumer of this node: look it up, create it, pull, ack."""
-    # schemas.names.durable_name with the node left as a template (it would escape the braces)
-    durable = f"{service}-{stream.lower()}-{NODE}"
+    durable = _durable_name(service, stream)
     return (
         f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
         f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.{filter_subject}",
@@ -85,13 +91,21 @@ def _read(bucket: str, key: str = f"{NODE}.>") -> tuple[str, ...]:
     return (f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}",)
 
 
-def _watch(bucket: str) -> tuple[str, ...]:
-    """An ordered consumer on the bucket (a KV watch); nats-py puts its filter in the body, so
-    this grant reads every node's keys of the bucket: only the allocator, which watches, has it
-    (docs/security.md, "Known limits")."""
-    stream = f"KV_{bucket}"
-    return (f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.DELETE.{stream}.*",
-            f"$JS.API.CONSUMER.INFO.{stream}.*")
+def _not_theirs(stream: str, durable: str) -> str:
+    """A consumer create naming another service's durable: the server would take it as an
+    update of that consumer (nats-server consumer.go, addConsumerWithAssignment: an existing
+    name with the create-or-update action), which a watch grant's `*` name would allow."""
+    return f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>"
+
+
+def _watch(stream: str, subjects: str) -> tuple[str, ...]:
+    """Ordered watches of this node's `subjects` (bus/ordered.py): each consumer is created under
+    a fresh name with its filter in the create subject, and the server refuses a body whose
+    filter differs from the subject's, so `*` (any name) reads no other node's subjects. No
+    CONSUMER.DELETE or INFO: the watch never asks either, and a consumer it leaves is removed by
+    the server after its inactive threshold; a delete grant would need the same `*` and would
+    let the service delete other nodes' consumers."""
+    return (f"$JS.API.CONSUMER.CREATE.{stream}.*.{subjects}",)
 
 
 def _serves(micro: str) -> tuple[str, ...]:
@@ -127,15 +141,17 @@ ALLOCATOR = Role(
         f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.pending", f"pk.{NODE}.reclaim.now",
         f"$KV.{BUCKET_CLAIMS}.{NODE}.>", f"$KV.{BUCKET_CAPACITY}.{NODE}",
         *_look(), *_read(BUCKET_CLAIMS), *_read(BUCKET_PODS),
-        *_watch(BUCKET_CLAIMS), *_watch(BUCKET_PODS),
-        # following the audit log (removals.py): an ordered consumer, its filter in the body
-        f"$JS.API.CONSUMER.CREATE.{STREAM_PARTITIONS}",
-        f"$JS.API.CONSUMER.DELETE.{STREAM_PARTITIONS}.*",
-        f"$JS.API.CONSUMER.INFO.{STREAM_PARTITIONS}.*",
+        *_watch(f"KV_{BUCKET_CLAIMS}", f"$KV.{BUCKET_CLAIMS}.{NODE}.>"),
+        *_watch(f"KV_{BUCKET_PODS}", f"$KV.{BUCKET_PODS}.{NODE}.>"),
+        # following the audit log (removals.py)
+        *_watch(STREAM_PARTITIONS, f"pk.parts.{NODE}.>"),
         "$JS.FC.>",
     ),
     subscribe=(*_inbox("allocator"), f"pk.{NODE}.claims.query", *_serves(SERVICE_ALLOCATOR)),
     allow_responses=True,
+    # its PK_PARTITIONS watch grant covers the watcher's durable there (same node, same subjects)
+    deny_publish=(_not_theirs(STREAM_PARTITIONS,
+                              _durable_name("watcher-events", STREAM_PARTITIONS)),),
 )
 
 RECLAIMER = Role(

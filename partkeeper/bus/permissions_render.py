@@ -40,8 +40,9 @@ _CONF_HEADER = """\
 #                       pk-provision may create or update, and no one deletes or purges
 #   $JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<node>.>  KV reads of this node's keys only (the
 #                       buckets have allow_direct, so the key is in the subject)
-#   $JS.API.CONSUMER.CREATE.<stream>    ephemeral ordered consumers (KV watches, the allocator
-#                       following the audit log): their filter is in the body, not the subject
+#   $JS.API.CONSUMER.CREATE.<stream>.*.<node's subjects>.>  the allocator's ordered watches
+#                       (bus/ordered.py): named consumers, the filter in the subject, which the
+#                       server holds the body to; this node's subjects only
 #   $JS.FC.>, $JS.ACK.> flow control of KV watches, acks of its durable consumer
 """
 
@@ -57,7 +58,11 @@ def _conf_user(role: Role, password: str) -> str:
         "       permissions: {",
         "         publish: {allow: [",
         _quoted(role.publish, "           "),
-        "         ]},",
+        "         ]" + (", deny: [" if role.deny_publish else "},"),
+    ]
+    if role.deny_publish:
+        lines += [_quoted(role.deny_publish, "           "), "         ]},"]
+    lines += [
         "         subscribe: {allow: [",
         _quoted(role.subscribe, "           "),
         "         ]}" + ("," if role.allow_responses else ""),
@@ -135,8 +140,10 @@ def helm_accounts(node_token: str = SHIPPED_NODE) -> str:
         lines += [f"        - user: {role.user}",
                   f"          password: << ${_env_name(role.user)} >>",
                   "          permissions:", "            publish:", "              allow:",
-                  *_yaml_list(role.publish, "              "),
-                  "            subscribe:", "              allow:",
+                  *_yaml_list(role.publish, "              ")]
+        if role.deny_publish:
+            lines += ["              deny:", *_yaml_list(role.deny_publish, "              ")]
+        lines += ["            subscribe:", "              allow:",
                   *_yaml_list(role.subscribe, "              ")]
         if role.allow_responses:
             lines.append("            allow_responses: true")
@@ -171,6 +178,7 @@ def signing_keys() -> str:
         lines += ["", f"# {role.user}: {role.summary}.",
                   f"nsc edit signing-key --account {ACCOUNT} --sk generate --role {role.name} \\"]
         args = [f"  --allow-pub '{s}'" for s in rendered.publish]
+        args += [f"  --deny-pub '{s}'" for s in rendered.deny_publish]
         args += [f"  --allow-sub '{s}'" for s in rendered.subscribe]
         if role.allow_responses:
             args.append("  --allow-pub-response")
@@ -185,7 +193,9 @@ def parse_signing_keys(text: str) -> dict[str, Role]:
         name = block.split("--role ", 1)[1].split()[0]
         pub = tuple(p.split("'")[0] for p in block.split("--allow-pub '")[1:])
         sub = tuple(p.split("'")[0] for p in block.split("--allow-sub '")[1:])
-        found[name] = Role(name, f"pk-{name}", "", pub, sub, "--allow-pub-response" in block)
+        deny = tuple(p.split("'")[0] for p in block.split("--deny-pub '")[1:])
+        found[name] = Role(name, f"pk-{name}", "", pub, sub, "--allow-pub-response" in block,
+                           deny)
     return found
 
 

@@ -15,7 +15,7 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver, DriverError, open_driver
-from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
+from schemas.names import BUCKET_CLAIMS
 from services.allocator import catalog
 from services.allocator.changes import Changes
 from services.allocator.context import Context
@@ -42,7 +42,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
         offers=catalog.offers(cards, prefix=config.resource_prefix,
                               sliced_resource=config.sliced_resource,
                               slices_per_card=config.slices_per_card),
-        pods=PodView(await js.key_value(BUCKET_PODS), config.node, changes.touch),
+        pods=PodView(nc, config.node, changes.touch),
         changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
     )
     return ctx, claims.kv

@@ -1,32 +1,38 @@
 """The allocator's view of its node's Pods: a mirror of the watcher's `pk-pods` bucket.
 
 Chosen over a consumer of PK_PODS because the allocator needs the current state of each Pod, not
-the history of how it got there: a KV watch (an ephemeral ordered consumer) replays the latest
-record of every key of this node and then follows changes, so a restarted allocator starts with a
-complete view and nothing has to be acknowledged. Only the watcher writes records; a Pod we have
-no record of is `None` (unknown), never dead: death is an event, never an absence.
+the history of how it got there: a KV watch (bus/kv.py `watch`, an ephemeral ordered consumer of
+this node's keys only) replays the latest record of every key of this node and then follows
+changes, so a restarted allocator starts with a complete view and nothing has to be acknowledged.
+The view is "loaded" when the watch says the records present at its start have all come (the
+server's pending counts, not nats-py's end-of-replay marker); a consumer reset inside the watch
+resumes after the last record seen, so neither the replay nor the view starts over. Only the
+watcher writes records; a Pod we have no record of is `None` (unknown), never dead: death is an
+event, never an absence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
+from nats.aio.client import Client
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from partkeeper.bus import backoff
+from partkeeper.bus import backoff, kv
 from partkeeper.podstate import is_dead
 from schemas import PodRecord, SchemaError, decode
-from schemas.names import decode_token, encode_token
+from schemas.names import BUCKET_PODS, decode_token, encode_token
 from schemas.pods import PodState
 
 log = logging.getLogger(__name__)
 
 
 class PodView:
-    def __init__(self, kv: KeyValue, node: str, on_change: Callable[[], None]) -> None:
-        self.kv = kv
+    def __init__(self, nc: Client, node: str, on_change: Callable[[], None]) -> None:
+        self.nc = nc
         self.node = node
         self.prefix = f"{encode_token(node)}."
         self.on_change = on_change
@@ -48,11 +54,11 @@ class PodView:
         await backoff.keep_following("watching pk-pods", lambda: self._follow(loaded))
 
     async def _follow(self, loaded: asyncio.Event) -> None:
-        watcher = await self.kv.watch(f"{self.prefix}*")
         replay: dict[str, PodRecord] | None = {}
-        try:
-            async for entry in watcher:
-                if entry is None:  # end of the replay: swap it in whole
+        watch = kv.watch(self.nc, BUCKET_PODS, f"{self.prefix}*", label="allocator-pods")
+        async with contextlib.aclosing(watch) as entries:
+            async for entry in entries:
+                if entry is None:  # the records present at the start have come: swap them in
                     if replay is not None:
                         self.records, replay = replay, None
                         loaded.set()
@@ -62,8 +68,6 @@ class PodView:
                 self._apply(target, entry)
                 if replay is None:
                     self.on_change()
-        finally:
-            await watcher.stop()
 
     def _apply(self, target: dict[str, PodRecord], entry: KeyValue.Entry) -> None:
         try:

@@ -1,6 +1,6 @@
 """The coalescing recompute: on any change, read fresh state, push token health, publish capacity.
 
-Triggers (they carry no data; see `changes`): the claims bucket (a KV watch on this node's keys),
+Triggers (they carry no data; see `changes`): the claims bucket (a KV watch of this node's keys),
 the pk-pods mirror, the hardware poll (foreign instances appear and vanish without a claim), and
 every Allocate. A pass takes a few milliseconds, so an update reaches kubelet well within 100 ms.
 A failed read keeps the last advertised lists: nothing is concluded from a partial read.
@@ -19,11 +19,12 @@ import msgspec
 from nats.js.kv import KeyValue
 
 from partkeeper.bus import backoff
+from partkeeper.bus import kv as bus_kv
 from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import Claim, NodeCapacity, encode
-from schemas.names import capacity_key, claims_prefix
+from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix
 from services.allocator import slices
 from services.allocator.advertise import advertise, same
 from services.allocator.context import Context
@@ -159,18 +160,20 @@ def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:
 
 
 async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None:
-    """Touch on every change of this node's claim documents (whoever wrote it)."""
+    """Touch on every change of this node's claim documents (whoever wrote it); `ready` is set
+    once the documents present at the start have been seen.
+
+    The watch (bus/kv.py, headers only) goes through the connection: `kv`, the claims bucket's
+    handle that dra/main.py passes too, is not needed for it."""
+    del kv
 
     async def follow() -> None:
-        watcher = await kv.watch(f"{claims_prefix(ctx.node)}*", meta_only=True)
-        try:
-            async for entry in watcher:
+        watch = bus_kv.watch(ctx.nc, BUCKET_CLAIMS, f"{claims_prefix(ctx.node)}*",
+                             meta_only=True, label="allocator-claims")
+        async with contextlib.aclosing(watch) as entries:
+            async for entry in entries:
                 if entry is None:
                     ready.set()
                 ctx.changes.touch()
-        finally:
-            await watcher.stop()
 
     await backoff.keep_following("watching pk-claims", follow, after_gap=ctx.changes.touch)
-
-

@@ -7,10 +7,12 @@ opens a `capacity update` span continuing the entry's `traceparent`, wakes the r
 same coalescing wake-up as every other trigger: no data, the pass reads fresh state) and ends the
 span once a pass that read after the wake-up has pushed ListAndWatch, or after REFRESH_SECONDS.
 
-The consumer is an ordered (ephemeral) one starting at new messages: the span is advisory, so a
-removal published while the allocator is down costs a span, never capacity (the KV watch and the
-start-up pass still see it); a durable consumer would instead replay old removals after a restart
-and open spans long after their reclaim. Nothing here waits inside the recompute.
+The consumer is an ordered (ephemeral) one starting at new messages (bus/ordered.py, created on
+the node's subjects only, resuming after the last entry seen when it is reset): the span is
+advisory, so a removal published while the allocator is down costs a span, never capacity (the
+KV watch and the start-up pass still see it); a durable consumer would instead replay old
+removals after a restart and open spans long after their reclaim. Nothing here waits inside the
+recompute.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from nats.js import api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from partkeeper.bus import backoff
+from partkeeper.bus.ordered import OrderedWatch
 from partkeeper.telemetry import tracing
 from schemas import ClaimChanged, PartitionEvent, SchemaError, decode
 from schemas.names import STREAM_PARTITIONS, parts_filter
@@ -53,15 +56,11 @@ class Removals:
             await asyncio.gather(*self.open, return_exceptions=True)
 
     async def _follow(self) -> None:
-        sub = await self.ctx.js.subscribe(
-            parts_filter(self.ctx.node), stream=STREAM_PARTITIONS, ordered_consumer=True,
-            deliver_policy=api.DeliverPolicy.NEW,
-        )
-        try:
-            async for msg in sub.messages:
-                self.on_message(msg)
-        finally:
-            await sub.unsubscribe()
+        async with OrderedWatch(self.ctx.nc, STREAM_PARTITIONS, parts_filter(self.ctx.node),
+                                deliver=api.DeliverPolicy.NEW, label="allocator-parts") as watch:
+            async for msg in watch:
+                if msg is not None:  # None: the (empty) replay of a start at new messages
+                    self.on_message(msg)
 
     def on_message(self, msg: Msg) -> None:
         try:

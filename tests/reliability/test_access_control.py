@@ -9,6 +9,7 @@ as an asynchronous error; each check waits (bounded) for exactly that error.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,15 +17,20 @@ from pathlib import Path
 
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from reliability.rel_harness import scene
 
-from partkeeper.bus import ensure_topology
+from partkeeper.bus import ensure_topology, kv
+from partkeeper.bus.ordered import OrderedWatch
 from partkeeper.bus.permissions import PROVISION, TOPOLOGY, inbox_prefix
+from partkeeper.lifecycle import cancel_all
 from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
+from schemas.names import STREAM_PARTITIONS, parts_filter
 from tests_support import until
+from tests_support.watches import FAST, Entries, Reader
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -174,7 +180,11 @@ OWN_EVENTS = {  # what only that service publishes (besides its own dead letters
 OWN_READS = {
     "watcher": [f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{NODE}.{UID}"],
     "allocator": [f"$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{NODE}.0",
-                  f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{NODE}.{UID}"],
+                  f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{NODE}.{UID}",
+                  # its watches (bus/ordered.py): any name, this node's subjects in the subject
+                  f"$JS.API.CONSUMER.CREATE.KV_pk-claims.w1.$KV.pk-claims.{NODE}.*",
+                  f"$JS.API.CONSUMER.CREATE.KV_pk-pods.w1.$KV.pk-pods.{NODE}.*",
+                  f"$JS.API.CONSUMER.CREATE.PK_PARTITIONS.w1.pk.parts.{NODE}.*"],
     "reclaimer": [f"$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{NODE}.0"],
     "gc": [],
 }
@@ -202,12 +212,23 @@ def _other_reads() -> list[str]:
 
 
 def _watches(service: str) -> list[str]:
-    """A KV watch (an ephemeral consumer, its filter in the body) would read every node's
-    records: only the allocator watches, so only it may create one."""
-    if service == "allocator":
-        return []
-    return ["$JS.API.CONSUMER.CREATE.KV_pk-claims", "$JS.API.CONSUMER.CREATE.KV_pk-pods",
-            "$JS.API.CONSUMER.CREATE.KV_pk-capacity", "$JS.API.CONSUMER.CREATE.PK_PARTITIONS"]
+    """Watches no service may create: an unnamed consumer (its filter only in the body, so it
+    could read every node's records), a named one on another node's subjects, one named as the
+    watcher's durable (the server would update that consumer), and deleting a consumer (the
+    watches leave theirs to the server's inactive threshold)."""
+    unnamed = ["$JS.API.CONSUMER.CREATE.KV_pk-claims", "$JS.API.CONSUMER.CREATE.KV_pk-pods",
+               "$JS.API.CONSUMER.CREATE.KV_pk-capacity", "$JS.API.CONSUMER.CREATE.PK_PARTITIONS"]
+    others = [f"$JS.API.CONSUMER.CREATE.KV_pk-claims.w1.$KV.pk-claims.{OTHER}.*",
+              f"$JS.API.CONSUMER.CREATE.KV_pk-pods.w1.$KV.pk-pods.{OTHER}.*",
+              "$JS.API.CONSUMER.CREATE.KV_pk-claims.w1.$KV.pk-claims.*.*",
+              f"$JS.API.CONSUMER.CREATE.PK_PARTITIONS.w1.pk.parts.{OTHER}.*",
+              "$JS.API.CONSUMER.CREATE.PK_PARTITIONS.w1.pk.parts.>"]
+    deletes = [f"$JS.API.CONSUMER.DELETE.PK_PARTITIONS.watcher-events-pk_partitions-{NODE}",
+               "$JS.API.CONSUMER.DELETE.KV_pk-claims.w1", "$JS.API.CONSUMER.DELETE.KV_pk-pods.w1"]
+    durable = f"watcher-events-pk_partitions-{NODE}"
+    theirs = [] if service == "watcher" else [
+        f"$JS.API.CONSUMER.CREATE.PK_PARTITIONS.{durable}.pk.parts.{NODE}.*"]
+    return unnamed + others + theirs + deletes
 
 
 def _foreign_inboxes(service: str) -> list[str]:
@@ -307,3 +328,140 @@ async def test_the_provisioning_user_changes_topology_and_touches_no_node(
         await ensure_topology(nc.jetstream(), replicas=1)  # and again: an update
     finally:
         await nc.close()
+
+
+# -- the allocator's watches: named consumers on its node's subjects only ----------------------
+
+async def _records(admin: Client) -> None:
+    """Claims, Pod records and audit entries of both nodes."""
+    js = admin.jetstream()
+    await ensure_topology(js)
+    for bucket in ("pk-claims", "pk-pods"):
+        store = await js.key_value(bucket)
+        for node in (NODE, OTHER):
+            await store.put(f"{node}.0", node.encode())
+    for node in (NODE, OTHER):
+        await js.publish(f"pk.parts.{node}.0", node.encode())
+
+
+async def _as_allocator(server: NatsServer) -> Session:
+    return await Session().open_with(server.url, user="pk-allocator",
+                                     password="pk-allocator-dev",
+                                     inbox_prefix=inbox_prefix("allocator", NODE))
+
+
+async def test_the_allocator_watches_its_nodes_records_and_is_refused_another_nodes(
+        server: NatsServer) -> None:
+    admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
+    session = await _as_allocator(server)
+    nc = session.nc
+    assert nc is not None
+    watches: list[asyncio.Task[None]] = []
+    try:
+        await _records(admin)
+        for bucket in ("pk-claims", "pk-pods"):
+            own = Entries(kv.watch(nc, bucket, f"{NODE}.*", **FAST))
+            watches.append(own.task)
+            await asyncio.wait_for(own.caught_up.wait(), 10)
+            assert own.keys() == [f"{NODE}.0"], bucket
+        parts = Reader(OrderedWatch(nc, STREAM_PARTITIONS, parts_filter(NODE), **FAST))
+        watches.append(parts.task)
+        await until(lambda: len(parts.msgs) >= 1, "this node's audit entry")
+        assert [m.subject for m in parts.msgs] == [f"pk.parts.{NODE}.0"]
+        # The same watches of the other node: the server refuses the create itself.
+        for bucket in ("pk-claims", "pk-pods"):
+            theirs = Entries(kv.watch(nc, bucket, f"{OTHER}.*", **FAST))
+            watches.append(theirs.task)
+            await until(lambda b=bucket: _refused_create(session, f"kv_{b}",  # type: ignore[misc]
+                                                         f"$kv.{b}.{OTHER}.*"),
+                        f"the refused watch of {bucket}", REFUSAL_SECONDS)
+            assert not theirs.got and not theirs.caught_up.is_set()
+        foreign = Reader(OrderedWatch(nc, STREAM_PARTITIONS, parts_filter(OTHER), **FAST))
+        watches.append(foreign.task)
+        await until(lambda: _refused_create(session, "pk_partitions", f"pk.parts.{OTHER}.*"),
+                    "the refused follow of the other node's audit entries", REFUSAL_SECONDS)
+        assert not foreign.msgs
+        # nats-py's own ordered consumer (the previous allocator's way) names no node: refused.
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.jetstream(timeout=1.0).subscribe(parts_filter(OTHER),
+                                                      stream=STREAM_PARTITIONS,
+                                                      ordered_consumer=True)
+    finally:
+        await cancel_all(watches)
+        await session.close()
+        await admin.close()
+
+
+def _refused_create(session: Session, stream: str, filter_subject: str) -> bool:
+    start = f'permissions violation for publish to "$js.api.consumer.create.{stream}.'
+    return any(start in e and e.split(start, 1)[1].split(".", 1)[1].startswith(
+        f'{filter_subject.lower()}"') for e in session.errors)
+
+
+@pytest.mark.parametrize("body", [
+    {"filter_subject": f"$KV.pk-claims.{OTHER}.*"},
+    {"filter_subjects": [f"$KV.pk-claims.{OTHER}.*"]},
+    {"filter_subject": f"$KV.pk-claims.{NODE}.*", "filter_subjects": [f"$KV.pk-claims.{OTHER}.*"]},
+])
+async def test_a_create_on_its_own_subject_cannot_carry_another_nodes_filter(
+        server: NatsServer, body: dict[str, object]) -> None:
+    """The grant names the node in the create subject; the server holds the body's filter to it
+    (nats-server jetstream_api.go, jsConsumerCreateRequest), so the body cannot widen it."""
+    admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
+    session = await _as_allocator(server)
+    assert session.nc is not None
+    try:
+        await _records(admin)
+        name = "sneak"
+        request = {"stream_name": "KV_pk-claims",
+                   "config": {"name": name, "deliver_subject": session.nc.new_inbox(),
+                              "ack_policy": "none", **body}}
+        reply = await session.nc.request(
+            f"$JS.API.CONSUMER.CREATE.KV_pk-claims.{name}.$KV.pk-claims.{NODE}.*",
+            json.dumps(request).encode(), timeout=5)
+        answer = json.loads(reply.data)
+        assert "error" in answer, answer
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await admin.jetstream().consumer_info("KV_pk-claims", name)
+    finally:
+        await session.close()
+        await admin.close()
+
+
+async def test_the_allocators_watch_resumes_under_a_new_name_with_no_gap_nor_duplicate(
+        server: NatsServer) -> None:
+    """The consumer deleted under the watch (as the server does when it restarts or the
+    connection was gone past the inactive threshold): a new one, still on the node's subjects,
+    resumes after the last entry seen."""
+    admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
+    session = await _as_allocator(server)
+    assert session.nc is not None
+    watches: list[asyncio.Task[None]] = []
+    try:
+        await _records(admin)
+        claims = await admin.jetstream().key_value("pk-claims")
+        own = Entries(kv.watch(session.nc, "pk-claims", f"{NODE}.*", **FAST))
+        watches.append(own.task)
+        await asyncio.wait_for(own.caught_up.wait(), 10)
+        first = await _watch_consumers(admin, f"$KV.pk-claims.{NODE}.*")
+        assert len(first) == 1, first
+        await admin.jetstream().delete_consumer("KV_pk-claims", first[0])
+        for card in (1, 2, 3):
+            await claims.put(f"{NODE}.{card}", b"new")
+            await claims.put(f"{OTHER}.{card}", b"new")
+        await until(lambda: len(own.got) >= 4, "the claims written after the reset")
+        assert own.keys() == [f"{NODE}.{c}" for c in range(4)]
+        revisions = [e.revision or 0 for e in own.got]
+        assert revisions == sorted(set(revisions))
+        now = await _watch_consumers(admin, f"$KV.pk-claims.{NODE}.*")
+        assert len(now) == 1 and now != first, (first, now)
+        assert not [e for e in session.errors if "permissions violation" in e], session.errors
+    finally:
+        await cancel_all(watches)
+        await session.close()
+        await admin.close()
+
+
+async def _watch_consumers(admin: Client, filter_subject: str) -> list[str]:
+    infos = await admin.jetstream().consumers_info("KV_pk-claims")
+    return [i.name for i in infos if i.config.filter_subject == filter_subject]

@@ -28,8 +28,12 @@ def from_conf(text: str) -> dict[str, dict[str, Any]]:
         name = block.split('"', 1)[0]
         grants: dict[str, Any] = {"allow_responses": "allow_responses: true" in block}
         for kind in ("publish", "subscribe"):
-            match = re.search(kind + r": \{allow: \[(.*?)\]\}", block, re.S)
+            match = re.search(kind + r": \{allow: \[(.*?)\](?:, deny: \[(.*?)\])?\}", block,
+                              re.S)
             grants[kind] = sorted(re.findall(r'"([^"]+)"', match.group(1))) if match else None
+            if kind == "publish":
+                denied = match.group(2) if match else None
+                grants["deny_publish"] = sorted(re.findall(r'"([^"]+)"', denied or ""))
         found[name] = grants
     return found
 
@@ -40,6 +44,7 @@ def from_values(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
         u["user"]: {
             "allow_responses": bool(u["permissions"].get("allow_responses")),
             "publish": sorted(u["permissions"]["publish"]["allow"]),
+            "deny_publish": sorted(u["permissions"]["publish"].get("deny", [])),
             "subscribe": sorted(u["permissions"]["subscribe"]["allow"]),
         }
         for u in users
@@ -51,7 +56,7 @@ def test_helm_accounts_grant_what_the_compose_config_grants() -> None:
     conf.pop("pk-admin")  # written `publish: ">"` there; the Helm values' admin is checked below
     values = from_values(yaml.safe_load((ROOT / "deploy" / "nats" / "accounts.yaml").read_text()))
     assert values.pop("pk-admin") == {"allow_responses": False, "publish": [">"],
-                                      "subscribe": [">"]}
+                                      "deny_publish": [], "subscribe": [">"]}
     assert values == conf
 
 
@@ -66,7 +71,7 @@ def test_compose_mounts_the_config_and_gives_each_service_its_user() -> None:
 
 def table(node: str) -> dict[str, dict[str, Any]]:
     return {r.user: {"allow_responses": r.allow_responses, "publish": sorted(r.publish),
-                     "subscribe": sorted(r.subscribe)}
+                     "deny_publish": sorted(r.deny_publish), "subscribe": sorted(r.subscribe)}
             for r in (role.render(node) for role in ROLES)}
 
 
@@ -90,11 +95,12 @@ def test_the_compose_config_grants_the_table() -> None:
 def test_the_jwt_roles_grant_the_table_with_the_node_as_a_tag() -> None:
     roles = render.parse_signing_keys((ROOT / "deploy" / "nats" / "signing-keys.sh").read_text())
     assert {f"pk-{name}": {"allow_responses": r.allow_responses, "publish": sorted(r.publish),
+                           "deny_publish": sorted(r.deny_publish),
                            "subscribe": sorted(r.subscribe)} for name, r in roles.items()} \
         == table(render.TAG)
     # A role may name no node but its own: every node-scoped subject carries the tag.
     for name, role in roles.items():
-        for subject in (*role.publish, *role.subscribe):
+        for subject in (*role.publish, *role.deny_publish, *role.subscribe):
             assert "sim-node-0" not in subject, (name, subject)
 
 

@@ -74,8 +74,11 @@ class Operator:
         keys = []
         for role in ROLES:
             rendered = role.render(TAG)
-            template: dict[str, Any] = {"pub": {"allow": list(rendered.publish)},
-                                        "sub": {"allow": list(rendered.subscribe)}, **UNLIMITED}
+            pub: dict[str, list[str]] = {"allow": list(rendered.publish)}
+            if rendered.deny_publish:
+                pub["deny"] = list(rendered.deny_publish)
+            template: dict[str, Any] = {"pub": pub, "sub": {"allow": list(rendered.subscribe)},
+                                        **UNLIMITED}
             if role.allow_responses:
                 template["resp"] = {"max": 1, "ttl": 0}
             keys.append({"kind": "user_scope", "key": _public(self.roles[role.name]),
