@@ -1,0 +1,264 @@
+"""The `dmi` driver: Hygon DCU partitions through libhydmi_mig.so.1 (ctypes; see api.py).
+
+The algorithm is partkeeper/drivers/mig.py; the library differs from NVML where this says:
+- MIG mode is node-wide (`nvmlGetSystemMigMode`): every card is in partition mode or none is.
+- A card is addressed by its domain-qualified PCI bus id from the registry (`dev<N>`); its UUID is
+  `GPU-` + the unique id ROCm SMI reports, because the library has no UUID call.
+- Profiles are queried by slice count minus one (the answer carries the id); the whole-GI compute
+  profile likewise. There is no GPU-instance lookup by id: destroy finds it in the listing.
+- A partition's identity is `MIG-` + the `mig_uuid:` of its registry record, issued afresh on every
+  create, even at the same placement: a successor never reproduces its predecessor's identity.
+- There is no per-partition process query: `is_busy` cannot answer (ReadError, so nothing is
+  reaped on a guess); busy is known only when a destroy says IN_USE.
+- The container gets device nodes, the runtime, its record and one env variable (host.py); one
+  partition per container. Whole cards (mode off: logical slices) get the nodes and the runtime
+  only, any number per container.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from partkeeper.drivers import vendor
+from partkeeper.drivers.base import (
+    Card,
+    ContainerEdits,
+    Instance,
+    LibraryMissing,
+    Mode,
+    ReadError,
+    UnknownError,
+    issued_identity,
+)
+from partkeeper.drivers.clib import (
+    ERROR_INSUFFICIENT_RESOURCES,
+    CallFailed,
+    call,
+    change_call,
+    read_call,
+)
+from partkeeper.drivers.hygon import api, catalogue, host
+from partkeeper.drivers.mig import (
+    Binding,
+    Catalogue,
+    Ci,
+    Gi,
+    GiProfile,
+    MigDriver,
+    NoGpuInstance,
+)
+
+
+class DmiBinding(Binding):
+    """DMI through ctypes: the library and the host root its registry is read under."""
+
+    library = "DMI"
+    node_wide_mode = True
+
+    def __init__(self, root: Path, paths: list[str] | None) -> None:
+        try:
+            self.api = api.load(paths)
+        except (LibraryMissing, AttributeError) as exc:
+            raise LibraryMissing(f"Hygon DMI: {exc}; install the vendor's driver and SDK on the "
+                                 "node, or set PK_DRIVER=sim") from exc
+        self.root = root
+
+    def _uint(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
+        out = ctypes.c_uint(0)
+        read_call(op, card, what, fn, *args, ctypes.byref(out))
+        return out.value
+
+    def _step(self, card: int, fn: Any, *args: Any) -> None:
+        """A step of a create after its GI exists: any failure is the cause of its undo."""
+        try:
+            call(fn, *args)
+        except CallFailed as exc:
+            raise UnknownError("create", card, None, str(exc)) from exc
+
+    def _memory_mib(self, op: str, card: int, dev: int) -> int:
+        memory = api.Memory()
+        read_call(op, card, "reading the memory", self.api.nvmlDeviceGetMemoryInfo, dev,
+                  ctypes.byref(memory))
+        return int(memory.total // 2**20)
+
+    # -- cards --------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self._uint("list", None, "counting devices", self.api.nvmlDeviceGetCount)
+
+    def device(self, op: str, card: int) -> int:
+        """The card's handle, reached by its PCI bus id and checked to be card `card`."""
+        pci = host.pci_bus_id(self.root, card)
+        dev = ctypes.c_void_p()
+        read_call(op, card, f"getting the handle of {pci}",
+                  self.api.nvmlDeviceGetHandleByPciBusId, pci.encode(), ctypes.byref(dev))
+        index = self._uint(op, card, "reading the device index", self.api.nvmlDeviceGetIndex, dev)
+        if index != card:
+            cause = f"{pci} (registry dev{card}) is the library's device {index}"
+            raise ReadError(op, card, None, cause)
+        return dev.value or 0
+
+    def mig_modes(self, op: str, card: int, dev: Any) -> tuple[bool, bool] | None:
+        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
+        read_call(op, None, "reading the node's MIG mode", self.api.nvmlGetSystemMigMode,
+                  ctypes.byref(current), ctypes.byref(pending))
+        return (current.value == api.MIG_ENABLE, pending.value == api.MIG_ENABLE)
+
+    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], Catalogue]) -> Card:
+        modes = self.mig_modes(op, index, dev)
+        mode: Mode = "partition" if modes and modes[0] else "sliced"
+        memory_mib = self._memory_mib(op, index, dev)
+        model = vendor.model_for("hygon", memory_mib) or f"Hygon DCU {memory_mib} MiB"
+        uuid = host.card_uuid(self.root, index, host.pci_bus_id(self.root, index))
+        return Card(index, uuid, model, mode, memory_mib)
+
+    def catalogue(self, op: str, card: int, dev: int) -> Catalogue:
+        model = vendor.model_for("hygon", self._memory_mib(op, card, dev))
+        return Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
+
+    # -- instances ----------------------------------------------------------------------------
+
+    def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
+        array = (ctypes.c_void_p * api.MAX_INSTANCES)()
+        count = ctypes.c_uint(api.MAX_INSTANCES)
+        read_call(op, card, f"listing {profile.name} GPU instances",
+                  self.api.nvmlDeviceGetGpuInstances, dev, profile.id, array, ctypes.byref(count))
+        found = []
+        for handle in array[: count.value]:
+            info = api.GpuInstanceInfo()
+            read_call(op, card, "reading a GPU instance", self.api.nvmlGpuInstanceGetInfo, handle,
+                      ctypes.byref(info))
+            found.append(Gi(handle or 0, info.id, profile.id, info.placement.start,
+                            info.placement.size, profile.slices))
+        return found
+
+    def gpu_instance(
+        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], Catalogue]
+    ) -> Gi:
+        """DMI has no lookup by id: the GI is found in the listing of every profile."""
+        for profile in catalogue().profiles:
+            for gi in self.gpu_instances(op, card, dev, profile):
+                if gi.gi_id == gi_id:
+                    return gi
+        raise NoGpuInstance(f"no profile lists GPU instance {gi_id}")
+
+    def compute_instances(
+        self, op: str, card: int, dev: Any, gis: Sequence[Gi]
+    ) -> dict[int, list[Ci]]:
+        """The whole-GI CIs of each of `gis`, the first with its registry identity."""
+        found: dict[int, list[Ci]] = {}
+        for gi in gis:
+            cis = self._cis(op, card, gi)
+            if cis:
+                uuid = host.read_uuid(self.root, (card, gi.gi_id, cis[0].ci_id), op)
+                cis[0] = Ci(cis[0].ci_id, uuid, handle=cis[0].handle)
+            found[gi.gi_id] = cis
+        return found
+
+    def _cis(self, op: str, card: int, gi: Gi) -> list[Ci]:
+        profile = catalogue.compute_profile(self.api, op, card, gi.handle, gi.slices)
+        if profile is None:
+            return []
+        array = (ctypes.c_void_p * api.MAX_INSTANCES)()
+        count = ctypes.c_uint(api.MAX_INSTANCES)
+        read_call(op, card, "listing compute instances",
+                  self.api.nvmlGpuInstanceGetComputeInstances, gi.handle, profile, array,
+                  ctypes.byref(count))
+        found = []
+        for handle in array[: count.value]:
+            info = api.ComputeInstanceInfo()
+            read_call(op, card, "reading a compute instance", self.api.nvmlComputeInstanceGetInfo,
+                      handle, ctypes.byref(info))
+            found.append(Ci(info.id, "", handle=handle or 0))
+        return sorted(found, key=lambda c: c.ci_id)
+
+    def counts_processes(self) -> bool:
+        return False  # no per-partition process query in the library
+
+    def leftovers(self) -> list[str]:
+        """Directories squatting on registry records (each makes its ids' creates fail)."""
+        return host.leftovers(self.root)
+
+    def remove_leftover(self, record: str) -> None:
+        host.remove_leftover(self.root, record)
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def create_gi(self, card: int, dev: Any, profile: GiProfile, start: int, size: int) -> Any:
+        gi = ctypes.c_void_p()
+        change_call("create", card, None, f"creating a {profile.name} GPU instance at {start}",
+                    self.api.nvmlDeviceCreateGpuInstanceWithPlacement, dev, profile.id,
+                    ctypes.byref(api.Placement(start, size)), ctypes.byref(gi))
+        return gi.value or 0
+
+    def gi_id(self, card: int, gi: Any) -> int:
+        info = api.GpuInstanceInfo()
+        self._step(card, self.api.nvmlGpuInstanceGetInfo, gi, ctypes.byref(info))
+        return int(info.id)
+
+    def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
+        ci_profile = catalogue.compute_profile(self.api, "create", card, gi.handle, profile.slices)
+        if ci_profile is None:
+            raise UnknownError("create", card, None, "no whole-GI compute profile")
+        made = ctypes.c_void_p()
+        try:
+            call(self.api.nvmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
+                 ctypes.byref(made))
+        except CallFailed as exc:
+            raise self._squatted(card, gi.gi_id, exc) from exc
+        return made.value or 0
+
+    def _squatted(self, card: int, gi_id: int, exc: CallFailed) -> UnknownError:
+        """Name the directory that makes a create fail forever, when that is the cause."""
+        record = host.conf_record(card, gi_id, 0)
+        if exc.code == ERROR_INSUFFICIENT_RESOURCES and record in host.leftovers(self.root):
+            cause = (f"a directory sits at the partition record {record} (left by a container "
+                     "runtime); the reclaimer removes it, then the create can succeed")
+            return UnknownError("create", card, None, cause)
+        return UnknownError("create", card, None, str(exc))
+
+    def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
+        """The new CI and the identity the library issued it, read from its registry record."""
+        info = api.ComputeInstanceInfo()
+        self._step(card, self.api.nvmlComputeInstanceGetInfo, handle, ctypes.byref(info))
+        uuid = host.read_uuid(self.root, (card, gi.gi_id, info.id), "create")
+        return Ci(info.id, uuid, handle=handle)
+
+    def destroy_ci(self, op: str, card: int, gi: Gi, ci: Ci) -> None:
+        change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
+                    self.api.nvmlComputeInstanceDestroy, ci.handle)
+
+    def destroy_gi(self, op: str, card: int, name: str, gi: Gi) -> None:
+        change_call(op, card, name, f"destroying GPU instance {gi.gi_id}",
+                    self.api.nvmlGpuInstanceDestroy, gi.handle)
+
+    # -- what a container gets ----------------------------------------------------------------
+
+    def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
+        inst = vendor.one_partition(instances, "Hygon DCU")
+        return host.edits(self.root, inst, host.pci_bus_id(self.root, inst.card))
+
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """Each card's DRM nodes (found through its registry PCI id), the shared nodes and
+        /opt/hyhal; any number of cards to one container, as Hygon's device plugin hands whole
+        cards (the one-partition rule is about `DMI_MIG_VISIBLE_DEVICE`, not set here)."""
+        found = [(c.index, host.pci_bus_id(self.root, c.index)) for c in cards]
+        return host.card_edits(self.root, found)
+
+
+class DmiDriver(MigDriver):
+    """The Driver protocol over DMI."""
+
+    name = "dmi"
+    same_partition = staticmethod(issued_identity)
+
+    def __init__(self, *, root: Path = Path("/"), paths: list[str] | None = None) -> None:
+        self.binding = DmiBinding(root, paths)
+        super().__init__(self.binding)
+
+    @property
+    def library_path(self) -> str:
+        return self.binding.api.lib.path

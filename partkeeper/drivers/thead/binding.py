@@ -1,0 +1,281 @@
+"""The `hgml` driver: T-Head PPU partitions through libhgml.so (ctypes; see api.py).
+
+HGML is NVML-shaped, so the model is NVIDIA's: a partition is one GPU instance (GI) with one
+compute instance (CI) spanning it; ids are per card; the partition's identity is the MIG device
+UUID the library reports for the CI, and (as NVIDIA's) a successor at the same slot may reproduce
+it, which is why only claims tell them apart. What differs: profiles are found by probing indices
+0..84 (an index is not the profile id) and matched by normalised name (catalogue.py); the new
+CI's UUID is found by a walk; the container gets device nodes, not an environment variable
+(nodes.py). The algorithm is partkeeper/drivers/mig.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from partkeeper.drivers import vendor
+from partkeeper.drivers.base import (
+    Card,
+    ContainerEdits,
+    Instance,
+    LibraryMissing,
+    Mode,
+    ReadError,
+    UnknownError,
+    slot_identity,
+)
+from partkeeper.drivers.clib import (
+    ERROR_INSUFFICIENT_RESOURCES,
+    ERROR_INSUFFICIENT_SIZE,
+    ERROR_NOT_FOUND,
+    ERROR_NOT_SUPPORTED,
+    CallFailed,
+    call,
+    change_call,
+    read_call,
+    text,
+)
+from partkeeper.drivers.mig import (
+    Binding,
+    Catalogue,
+    Ci,
+    Gi,
+    GiProfile,
+    MigDriver,
+    NoGpuInstance,
+)
+from partkeeper.drivers.thead import api, catalogue, nodes
+
+# INSUFFICIENT_RESOURCES from a create: the placement is taken (HGML answers as NVML does).
+_CREATE_PLACEMENT = frozenset({ERROR_INSUFFICIENT_RESOURCES})
+
+
+class HgmlBinding(Binding):
+    """HGML through ctypes: the library and where the host's nodes and procfs records are."""
+
+    library = "HGML"
+
+    def __init__(self, root: Path, proc_root: Path | None, paths: list[str] | None) -> None:
+        try:
+            self.api = api.load(paths)
+        except (LibraryMissing, AttributeError) as exc:
+            raise LibraryMissing(f"T-Head HGML: {exc}; install the vendor's driver and SDK on the "
+                                 "node, or set PK_DRIVER=sim") from exc
+        self.root = root  # where the driver's /dev lives on the host (PK_DRIVER_ROOT)
+        self.proc_root = proc_root or root / "proc"  # where /proc/driver/alixpu is read
+        try:
+            call(self.api.Init)
+        except CallFailed as exc:
+            raise LibraryMissing(f"T-Head HGML ({self.api.lib.path}) cannot be initialised "
+                                 f"({exc}); is the PPU driver loaded?") from exc
+
+    def close(self) -> None:
+        read_call("close", None, "shutting HGML down", self.api.hgmlShutdown)
+
+    def _uint(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
+        out = ctypes.c_uint(0)
+        read_call(op, card, what, fn, *args, ctypes.byref(out))
+        return out.value
+
+    def _string(self, op: str, card: int, what: str, fn: Any, dev: api.Handle) -> str:
+        buf = ctypes.create_string_buffer(api.UUID_SIZE)
+        read_call(op, card, what, fn, dev, buf, api.UUID_SIZE)
+        return text(buf.raw)
+
+    def _memory_mib(self, op: str, card: int, dev: api.Handle) -> int:
+        memory = api.Memory()
+        read_call(op, card, "reading the memory", self.api.hgmlDeviceGetMemoryInfo, dev,
+                  ctypes.byref(memory))
+        return int(memory.total // 2**20)
+
+    def minor(self, op: str, card: int, dev: api.Handle) -> int:
+        """The PPU node's kernel minor, as HGML reports it (`/dev/alixpu_ppu<ordinal>` must have
+        it)."""
+        return self._uint(op, card, "reading the minor number",
+                          self.api.hgmlDeviceGetMinorNumber, dev)
+
+    def _step(self, card: int, fn: Any, *args: Any) -> None:
+        """A step of a create after its GI exists: any failure is the cause of its undo."""
+        try:
+            call(fn, *args)
+        except CallFailed as exc:
+            raise UnknownError("create", card, None, str(exc)) from exc
+
+    # -- cards --------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self._uint("list", None, "counting devices", self.api.DeviceGetCount)
+
+    def device(self, op: str, card: int) -> api.Handle:
+        dev = api.Handle()
+        read_call(op, card, "getting the device handle", self.api.DeviceGetHandleByIndex, card,
+                  ctypes.byref(dev))
+        return dev
+
+    def mig_modes(self, op: str, card: int, dev: api.Handle) -> tuple[bool, bool] | None:
+        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
+        try:
+            call(self.api.hgmlDeviceGetMigMode, dev, ctypes.byref(current), ctypes.byref(pending))
+        except CallFailed as exc:
+            if exc.code == ERROR_NOT_SUPPORTED:
+                return None  # a PPU without MIG is sliced
+            raise ReadError(op, card, None, f"reading the MIG mode: {exc}") from exc
+        return (current.value == api.MIG_ENABLE, pending.value == api.MIG_ENABLE)
+
+    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], Catalogue]) -> Card:
+        a = self.api
+        name = self._string(op, index, "reading the name", a.hgmlDeviceGetName, dev)
+        uuid = self._string(op, index, "reading the UUID", a.hgmlDeviceGetUUID, dev)
+        modes = self.mig_modes(op, index, dev)
+        mode: Mode = "partition" if modes is not None and modes[0] else "sliced"
+        memory_mib = self._memory_mib(op, index, dev)
+        model = vendor.model_for("thead", memory_mib)
+        minor = self.minor(op, index, dev)
+        return Card(index, uuid, model or name, mode, memory_mib, minor=minor)
+
+    def catalogue(self, op: str, card: int, dev: api.Handle) -> Catalogue:
+        model = vendor.model_for("thead", self._memory_mib(op, card, dev))
+        return Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
+
+    # -- instances ----------------------------------------------------------------------------
+
+    def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
+        array = (api.Handle * api.MAX_INSTANCES)()
+        count = ctypes.c_uint(api.MAX_INSTANCES)
+        read_call(op, card, f"listing {profile.name} GPU instances",
+                  self.api.hgmlDeviceGetGpuInstances, dev, profile.id, array, ctypes.byref(count))
+        return [self._describe(op, card, h) for h in array[: count.value]]
+
+    def _describe(self, op: str, card: int, handle: api.Handle) -> Gi:
+        info = api.GpuInstanceInfo()
+        read_call(op, card, "reading a GPU instance", self.api.hgmlGpuInstanceGetInfo, handle,
+                  ctypes.byref(info))
+        return Gi(handle, info.id, info.profileId, info.placement.start, info.placement.size)
+
+    def gpu_instance(
+        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], Catalogue]
+    ) -> Gi:
+        handle = api.Handle()
+        try:
+            call(self.api.hgmlDeviceGetGpuInstanceById, dev, gi_id, ctypes.byref(handle))
+        except CallFailed as exc:
+            if exc.code == ERROR_NOT_FOUND:
+                raise NoGpuInstance(str(exc)) from exc
+            raise ReadError(op, card, None, f"looking up GPU instance {gi_id}: {exc}") from exc
+        return self._describe(op, card, handle)
+
+    def compute_instances(
+        self, op: str, card: int, dev: Any, gis: Sequence[Gi]
+    ) -> dict[int, list[Ci]]:
+        """One walk of the MIG devices (one per CI), as NVML's."""
+        a = self.api
+        total = self._uint(op, card, "counting MIG devices", a.hgmlDeviceGetMaxMigDeviceCount, dev)
+        found: dict[int, list[Ci]] = {}
+        for index in range(total):
+            mig = api.Handle()
+            try:
+                call(a.hgmlDeviceGetMigDeviceHandleByIndex, dev, index, ctypes.byref(mig))
+            except CallFailed as exc:
+                if exc.code == ERROR_NOT_FOUND:
+                    continue  # no MIG device at this index
+                raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
+            gi_id = self._uint(op, card, "reading a GI id", a.hgmlDeviceGetGpuInstanceId, mig)
+            ci_id = self._uint(op, card, "reading a CI id", a.hgmlDeviceGetComputeInstanceId, mig)
+            uuid = self._string(op, card, "reading a MIG UUID", a.hgmlDeviceGetUUID, mig)
+            found.setdefault(gi_id, []).append(Ci(ci_id, uuid, device=mig))
+        for cis in found.values():
+            cis.sort(key=lambda c: c.ci_id)
+        return found
+
+    def processes(self, op: str, card: int, ci: Ci) -> int:
+        count = ctypes.c_uint(0)
+        try:
+            call(self.api.hgmlDeviceGetComputeRunningProcesses, ci.device, ctypes.byref(count),
+                 None)
+        except CallFailed as exc:
+            if exc.code == ERROR_INSUFFICIENT_SIZE:  # NULL buffer: the count is the answer
+                return max(count.value, 1)
+            raise ReadError(op, card, None, f"listing the processes: {exc}") from exc
+        return count.value
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def create_gi(self, card: int, dev: Any, profile: GiProfile, start: int, size: int) -> Any:
+        gi = api.Handle()
+        what = f"creating a {profile.name} GPU instance at start {start}"
+        change_call("create", card, None, what, self.api.hgmlDeviceCreateGpuInstanceWithPlacement,
+                    dev, profile.id, ctypes.byref(api.Placement(start, size)), ctypes.byref(gi),
+                    placement_codes=_CREATE_PLACEMENT)
+        return gi
+
+    def gi_id(self, card: int, gi: Any) -> int:
+        info = api.GpuInstanceInfo()
+        self._step(card, self.api.hgmlGpuInstanceGetInfo, gi, ctypes.byref(info))
+        return int(info.id)
+
+    def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
+        ci_profile = catalogue.whole_compute_profile(self.api, card, gi.handle, profile)
+        made = api.Handle()
+        self._step(card, self.api.hgmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
+                   ctypes.byref(made))
+        return made
+
+    def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
+        info = api.ComputeInstanceInfo()
+        self._step(card, self.api.ComputeInstanceGetInfo, handle, ctypes.byref(info))
+        return Ci(info.id, "", handle=handle)  # the UUID: one walk
+
+    def destroy_ci(self, op: str, card: int, gi: Gi, ci: Ci) -> None:
+        handle = ci.handle
+        if handle is None:
+            handle = api.Handle()
+            try:
+                call(self.api.hgmlGpuInstanceGetComputeInstanceById, gi.handle, ci.ci_id,
+                     ctypes.byref(handle))
+            except CallFailed as exc:
+                if exc.code == ERROR_NOT_FOUND:
+                    return  # the CI is already gone; the GI still has to go
+                cause = f"looking up compute instance {ci.ci_id}: {exc}"
+                raise ReadError(op, card, ci.uuid or None, cause) from exc
+        change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
+                    self.api.hgmlComputeInstanceDestroy, handle)
+
+    def destroy_gi(self, op: str, card: int, name: str, gi: Gi) -> None:
+        change_call(op, card, name, f"destroying GPU instance {gi.gi_id}",
+                    self.api.hgmlGpuInstanceDestroy, gi.handle)
+
+    # -- what a container gets ----------------------------------------------------------------
+
+    def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
+        inst = vendor.one_partition(instances, "T-Head PPU")
+        minor = self.minor("allocate", inst.card, self.device("allocate", inst.card))
+        return nodes.edits(self.root, self.proc_root, inst, minor)
+
+    def card_edits(self, cards: Sequence[Card]) -> ContainerEdits:
+        """The control nodes and each PPU's node, its minor checked against HGML's: as T-Head's
+        device plugin hands whole cards, any number to one container (the one-partition rule is
+        the MIG runtime's, and no partition is handed over here)."""
+        op = "allocate"
+        found = [(c.index, self.minor(op, c.index, self.device(op, c.index))) for c in cards]
+        return nodes.card_edits(self.root, found)
+
+
+class HgmlDriver(MigDriver):
+    """The Driver protocol over HGML."""
+
+    name = "hgml"
+    same_partition = staticmethod(slot_identity)
+
+    def __init__(
+        self, *, root: Path = Path("/"), proc_root: Path | None = None,
+        paths: list[str] | None = None,
+    ) -> None:
+        self.binding = HgmlBinding(root, proc_root, paths)
+        super().__init__(self.binding)
+
+    @property
+    def library_path(self) -> str:
+        return self.binding.api.lib.path
