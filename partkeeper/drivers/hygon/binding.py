@@ -38,7 +38,12 @@ from partkeeper.drivers.clib import (
     CallFailed,
     call,
     change_call,
+    create_step,
+    memory_mib,
     read_call,
+    read_handles,
+    read_struct,
+    read_uint,
 )
 from partkeeper.drivers.hygon import api, catalogue, host
 from partkeeper.drivers.mig import (
@@ -66,28 +71,8 @@ class DmiBinding(Binding):
                                  "node, or set PK_DRIVER=sim") from exc
         self.root = root
 
-    def _uint(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
-        out = ctypes.c_uint(0)
-        read_call(op, card, what, fn, *args, ctypes.byref(out))
-        return out.value
-
-    def _step(self, card: int, fn: Any, *args: Any) -> None:
-        """A step of a create after its GI exists: any failure is the cause of its undo."""
-        try:
-            call(fn, *args)
-        except CallFailed as exc:
-            raise UnknownError("create", card, None, str(exc)) from exc
-
-    def _memory_mib(self, op: str, card: int, dev: int) -> int:
-        memory = api.Memory()
-        read_call(op, card, "reading the memory", self.api.nvmlDeviceGetMemoryInfo, dev,
-                  ctypes.byref(memory))
-        return int(memory.total // 2**20)
-
-    # -- cards --------------------------------------------------------------------------------
-
     def count(self) -> int:
-        return self._uint("list", None, "counting devices", self.api.nvmlDeviceGetCount)
+        return read_uint("list", None, "counting devices", self.api.nvmlDeviceGetCount)
 
     def device(self, op: str, card: int) -> int:
         """The card's handle, reached by its PCI bus id and checked to be card `card`."""
@@ -95,7 +80,7 @@ class DmiBinding(Binding):
         dev = ctypes.c_void_p()
         read_call(op, card, f"getting the handle of {pci}",
                   self.api.nvmlDeviceGetHandleByPciBusId, pci.encode(), ctypes.byref(dev))
-        index = self._uint(op, card, "reading the device index", self.api.nvmlDeviceGetIndex, dev)
+        index = read_uint(op, card, "reading the device index", self.api.nvmlDeviceGetIndex, dev)
         if index != card:
             cause = f"{pci} (registry dev{card}) is the library's device {index}"
             raise ReadError(op, card, None, cause)
@@ -110,27 +95,26 @@ class DmiBinding(Binding):
     def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], Catalogue]) -> Card:
         modes = self.mig_modes(op, index, dev)
         mode: Mode = "partition" if modes and modes[0] else "sliced"
-        memory_mib = self._memory_mib(op, index, dev)
-        model = vendor.model_for("hygon", memory_mib) or f"Hygon DCU {memory_mib} MiB"
+        mib = memory_mib(op, index, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
+        model = vendor.model_for("hygon", mib) or f"Hygon DCU {mib} MiB"
         uuid = host.card_uuid(self.root, index, host.pci_bus_id(self.root, index))
-        return Card(index, uuid, model, mode, memory_mib)
+        return Card(index, uuid, model, mode, mib)
 
     def catalogue(self, op: str, card: int, dev: int) -> Catalogue:
-        model = vendor.model_for("hygon", self._memory_mib(op, card, dev))
+        mib = memory_mib(op, card, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
+        model = vendor.model_for("hygon", mib)
         return Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
 
     # -- instances ----------------------------------------------------------------------------
 
     def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
-        array = (ctypes.c_void_p * api.MAX_INSTANCES)()
-        count = ctypes.c_uint(api.MAX_INSTANCES)
-        read_call(op, card, f"listing {profile.name} GPU instances",
-                  self.api.nvmlDeviceGetGpuInstances, dev, profile.id, array, ctypes.byref(count))
+        handles = read_handles(op, card, f"listing {profile.name} GPU instances",
+                               self.api.nvmlDeviceGetGpuInstances, ctypes.c_void_p, dev,
+                               profile.id)
         found = []
-        for handle in array[: count.value]:
-            info = api.GpuInstanceInfo()
-            read_call(op, card, "reading a GPU instance", self.api.nvmlGpuInstanceGetInfo, handle,
-                      ctypes.byref(info))
+        for handle in handles:
+            info = read_struct(op, card, "reading a GPU instance", self.api.nvmlGpuInstanceGetInfo,
+                               handle, api.GpuInstanceInfo)
             found.append(Gi(handle or 0, info.id, profile.id, info.placement.start,
                             info.placement.size, profile.slices))
         return found
@@ -162,16 +146,13 @@ class DmiBinding(Binding):
         profile = catalogue.compute_profile(self.api, op, card, gi.handle, gi.slices)
         if profile is None:
             return []
-        array = (ctypes.c_void_p * api.MAX_INSTANCES)()
-        count = ctypes.c_uint(api.MAX_INSTANCES)
-        read_call(op, card, "listing compute instances",
-                  self.api.nvmlGpuInstanceGetComputeInstances, gi.handle, profile, array,
-                  ctypes.byref(count))
+        handles = read_handles(op, card, "listing compute instances",
+                               self.api.nvmlGpuInstanceGetComputeInstances, ctypes.c_void_p,
+                               gi.handle, profile)
         found = []
-        for handle in array[: count.value]:
-            info = api.ComputeInstanceInfo()
-            read_call(op, card, "reading a compute instance", self.api.nvmlComputeInstanceGetInfo,
-                      handle, ctypes.byref(info))
+        for handle in handles:
+            info = read_struct(op, card, "reading a compute instance",
+                               self.api.nvmlComputeInstanceGetInfo, handle, api.ComputeInstanceInfo)
             found.append(Ci(info.id, "", handle=handle or 0))
         return sorted(found, key=lambda c: c.ci_id)
 
@@ -196,7 +177,7 @@ class DmiBinding(Binding):
 
     def gi_id(self, card: int, gi: Any) -> int:
         info = api.GpuInstanceInfo()
-        self._step(card, self.api.nvmlGpuInstanceGetInfo, gi, ctypes.byref(info))
+        create_step(card, self.api.nvmlGpuInstanceGetInfo, gi, ctypes.byref(info))
         return int(info.id)
 
     def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
@@ -223,7 +204,7 @@ class DmiBinding(Binding):
     def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
         """The new CI and the identity the library issued it, read from its registry record."""
         info = api.ComputeInstanceInfo()
-        self._step(card, self.api.nvmlComputeInstanceGetInfo, handle, ctypes.byref(info))
+        create_step(card, self.api.nvmlComputeInstanceGetInfo, handle, ctypes.byref(info))
         uuid = host.read_uuid(self.root, (card, gi.gi_id, info.id), "create")
         return Ci(info.id, uuid, handle=handle)
 

@@ -51,6 +51,7 @@ from partkeeper.drivers.mig import (
     MigDriver,
     ModeSwitchedOff,
     NoGpuInstance,
+    walk,
 )
 from partkeeper.drivers.nvidia import tables
 from partkeeper.drivers.nvidia.tables import model_for
@@ -251,26 +252,25 @@ class NvmlBinding(Binding):
     def compute_instances(
         self, op: str, card: int, dev: Any, gis: Sequence[Gi]
     ) -> dict[int, list[Ci]]:
-        """One walk of every MIG device index, four NVML calls each, which NVIDIA measured at
-        seconds under load (k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin/nvlib.go
-        createMigDevice): so every operation walks at most once."""
+        total = self.read(op, card, "counting MIG devices", self.nv.nvmlDeviceGetMaxMigDeviceCount,
+                          dev)
+        return walk(total, lambda index: self._mig_at(op, card, dev, index),
+                    lambda mig: self._mig_ids(op, card, mig))
+
+    def _mig_at(self, op: str, card: int, dev: Any, index: int) -> Any | None:
         nv = self.nv
-        total = self.read(op, card, "counting MIG devices", nv.nvmlDeviceGetMaxMigDeviceCount, dev)
-        found: dict[int, list[Ci]] = {}
-        for index in range(total):
-            try:
-                mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev, index)
-            except nv.NVMLError as exc:
-                if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
-                    continue  # no MIG device at this index
-                raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
-            gi_id = self.read(op, card, "reading a GI id", nv.nvmlDeviceGetGpuInstanceId, mig)
-            ci_id = self.read(op, card, "reading a CI id", nv.nvmlDeviceGetComputeInstanceId, mig)
-            uuid = self.read(op, card, "reading a MIG UUID", nv.nvmlDeviceGetUUID, mig)
-            found.setdefault(gi_id, []).append(Ci(ci_id, uuid, device=mig))
-        for cis in found.values():
-            cis.sort(key=lambda c: c.ci_id)
-        return found
+        try:
+            return nv.nvmlDeviceGetMigDeviceHandleByIndex(dev, index)
+        except nv.NVMLError as exc:
+            if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
+                return None  # no MIG device at this index
+            raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
+
+    def _mig_ids(self, op: str, card: int, mig: Any) -> tuple[int, int, str]:
+        nv = self.nv
+        return (self.read(op, card, "reading a GI id", nv.nvmlDeviceGetGpuInstanceId, mig),
+                self.read(op, card, "reading a CI id", nv.nvmlDeviceGetComputeInstanceId, mig),
+                self.read(op, card, "reading a MIG UUID", nv.nvmlDeviceGetUUID, mig))
 
     def processes(self, op: str, card: int, ci: Ci) -> int:
         what = "listing the processes"

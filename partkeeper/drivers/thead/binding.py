@@ -24,7 +24,6 @@ from partkeeper.drivers.base import (
     LibraryMissing,
     Mode,
     ReadError,
-    UnknownError,
     slot_identity,
 )
 from partkeeper.drivers.clib import (
@@ -35,7 +34,12 @@ from partkeeper.drivers.clib import (
     CallFailed,
     call,
     change_call,
+    create_step,
+    memory_mib,
     read_call,
+    read_handles,
+    read_struct,
+    read_uint,
     text,
 )
 from partkeeper.drivers.mig import (
@@ -46,6 +50,7 @@ from partkeeper.drivers.mig import (
     GiProfile,
     MigDriver,
     NoGpuInstance,
+    walk,
 )
 from partkeeper.drivers.thead import api, catalogue, nodes
 
@@ -75,39 +80,19 @@ class HgmlBinding(Binding):
     def close(self) -> None:
         read_call("close", None, "shutting HGML down", self.api.hgmlShutdown)
 
-    def _uint(self, op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
-        out = ctypes.c_uint(0)
-        read_call(op, card, what, fn, *args, ctypes.byref(out))
-        return out.value
-
     def _string(self, op: str, card: int, what: str, fn: Any, dev: api.Handle) -> str:
         buf = ctypes.create_string_buffer(api.UUID_SIZE)
         read_call(op, card, what, fn, dev, buf, api.UUID_SIZE)
         return text(buf.raw)
 
-    def _memory_mib(self, op: str, card: int, dev: api.Handle) -> int:
-        memory = api.Memory()
-        read_call(op, card, "reading the memory", self.api.hgmlDeviceGetMemoryInfo, dev,
-                  ctypes.byref(memory))
-        return int(memory.total // 2**20)
-
     def minor(self, op: str, card: int, dev: api.Handle) -> int:
         """The PPU node's kernel minor, as HGML reports it (`/dev/alixpu_ppu<ordinal>` must have
         it)."""
-        return self._uint(op, card, "reading the minor number",
+        return read_uint(op, card, "reading the minor number",
                           self.api.hgmlDeviceGetMinorNumber, dev)
 
-    def _step(self, card: int, fn: Any, *args: Any) -> None:
-        """A step of a create after its GI exists: any failure is the cause of its undo."""
-        try:
-            call(fn, *args)
-        except CallFailed as exc:
-            raise UnknownError("create", card, None, str(exc)) from exc
-
-    # -- cards --------------------------------------------------------------------------------
-
     def count(self) -> int:
-        return self._uint("list", None, "counting devices", self.api.DeviceGetCount)
+        return read_uint("list", None, "counting devices", self.api.DeviceGetCount)
 
     def device(self, op: str, card: int) -> api.Handle:
         dev = api.Handle()
@@ -131,28 +116,26 @@ class HgmlBinding(Binding):
         uuid = self._string(op, index, "reading the UUID", a.hgmlDeviceGetUUID, dev)
         modes = self.mig_modes(op, index, dev)
         mode: Mode = "partition" if modes is not None and modes[0] else "sliced"
-        memory_mib = self._memory_mib(op, index, dev)
-        model = vendor.model_for("thead", memory_mib)
+        mib = memory_mib(op, index, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
+        model = vendor.model_for("thead", mib)
         minor = self.minor(op, index, dev)
-        return Card(index, uuid, model or name, mode, memory_mib, minor=minor)
+        return Card(index, uuid, model or name, mode, mib, minor=minor)
 
     def catalogue(self, op: str, card: int, dev: api.Handle) -> Catalogue:
-        model = vendor.model_for("thead", self._memory_mib(op, card, dev))
+        mib = memory_mib(op, card, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
+        model = vendor.model_for("thead", mib)
         return Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
 
     # -- instances ----------------------------------------------------------------------------
 
     def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
-        array = (api.Handle * api.MAX_INSTANCES)()
-        count = ctypes.c_uint(api.MAX_INSTANCES)
-        read_call(op, card, f"listing {profile.name} GPU instances",
-                  self.api.hgmlDeviceGetGpuInstances, dev, profile.id, array, ctypes.byref(count))
-        return [self._describe(op, card, h) for h in array[: count.value]]
+        handles = read_handles(op, card, f"listing {profile.name} GPU instances",
+                               self.api.hgmlDeviceGetGpuInstances, api.Handle, dev, profile.id)
+        return [self._describe(op, card, h) for h in handles]
 
     def _describe(self, op: str, card: int, handle: api.Handle) -> Gi:
-        info = api.GpuInstanceInfo()
-        read_call(op, card, "reading a GPU instance", self.api.hgmlGpuInstanceGetInfo, handle,
-                  ctypes.byref(info))
+        info = read_struct(op, card, "reading a GPU instance", self.api.hgmlGpuInstanceGetInfo,
+                           handle, api.GpuInstanceInfo)
         return Gi(handle, info.id, info.profileId, info.placement.start, info.placement.size)
 
     def gpu_instance(
@@ -171,24 +154,26 @@ class HgmlBinding(Binding):
         self, op: str, card: int, dev: Any, gis: Sequence[Gi]
     ) -> dict[int, list[Ci]]:
         """One walk of the MIG devices (one per CI), as NVML's."""
+        total = read_uint(op, card, "counting MIG devices",
+                          self.api.hgmlDeviceGetMaxMigDeviceCount, dev)
+        return walk(total, lambda index: self._mig_at(op, card, dev, index),
+                    lambda mig: self._mig_ids(op, card, mig))
+
+    def _mig_at(self, op: str, card: int, dev: Any, index: int) -> api.Handle | None:
+        mig = api.Handle()
+        try:
+            call(self.api.hgmlDeviceGetMigDeviceHandleByIndex, dev, index, ctypes.byref(mig))
+        except CallFailed as exc:
+            if exc.code == ERROR_NOT_FOUND:
+                return None  # no MIG device at this index
+            raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
+        return mig
+
+    def _mig_ids(self, op: str, card: int, mig: api.Handle) -> tuple[int, int, str]:
         a = self.api
-        total = self._uint(op, card, "counting MIG devices", a.hgmlDeviceGetMaxMigDeviceCount, dev)
-        found: dict[int, list[Ci]] = {}
-        for index in range(total):
-            mig = api.Handle()
-            try:
-                call(a.hgmlDeviceGetMigDeviceHandleByIndex, dev, index, ctypes.byref(mig))
-            except CallFailed as exc:
-                if exc.code == ERROR_NOT_FOUND:
-                    continue  # no MIG device at this index
-                raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
-            gi_id = self._uint(op, card, "reading a GI id", a.hgmlDeviceGetGpuInstanceId, mig)
-            ci_id = self._uint(op, card, "reading a CI id", a.hgmlDeviceGetComputeInstanceId, mig)
-            uuid = self._string(op, card, "reading a MIG UUID", a.hgmlDeviceGetUUID, mig)
-            found.setdefault(gi_id, []).append(Ci(ci_id, uuid, device=mig))
-        for cis in found.values():
-            cis.sort(key=lambda c: c.ci_id)
-        return found
+        return (read_uint(op, card, "reading a GI id", a.hgmlDeviceGetGpuInstanceId, mig),
+                read_uint(op, card, "reading a CI id", a.hgmlDeviceGetComputeInstanceId, mig),
+                self._string(op, card, "reading a MIG UUID", a.hgmlDeviceGetUUID, mig))
 
     def processes(self, op: str, card: int, ci: Ci) -> int:
         count = ctypes.c_uint(0)
@@ -213,19 +198,19 @@ class HgmlBinding(Binding):
 
     def gi_id(self, card: int, gi: Any) -> int:
         info = api.GpuInstanceInfo()
-        self._step(card, self.api.hgmlGpuInstanceGetInfo, gi, ctypes.byref(info))
+        create_step(card, self.api.hgmlGpuInstanceGetInfo, gi, ctypes.byref(info))
         return int(info.id)
 
     def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
         ci_profile = catalogue.whole_compute_profile(self.api, card, gi.handle, profile)
         made = api.Handle()
-        self._step(card, self.api.hgmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
+        create_step(card, self.api.hgmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
                    ctypes.byref(made))
         return made
 
     def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
         info = api.ComputeInstanceInfo()
-        self._step(card, self.api.ComputeInstanceGetInfo, handle, ctypes.byref(info))
+        create_step(card, self.api.ComputeInstanceGetInfo, handle, ctypes.byref(info))
         return Ci(info.id, "", handle=handle)  # the UUID: one walk
 
     def destroy_ci(self, op: str, card: int, gi: Gi, ci: Ci) -> None:
