@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import Instance, InstanceSpec, PlacementError
-from partkeeper.drivers.mig import Catalogue, GiProfile, legal_shape, leftover_at, profile_view
+from partkeeper.drivers.mig import Catalogue, GiProfile, leftover_at, legal_shape, profile_view
 
 MODELS = sorted(profiles.MODELS)
 
@@ -64,7 +64,7 @@ def test_a_variant_or_an_unknown_card_is_refused_with_what_it_offers() -> None:
                        r"through NVML \(offers none\)"):
         legal_shape(InstanceSpec(0, "1g.5gb+me", 0), cat, "NVML")
     refused = Catalogue(None, cat.profiles, "H100-80GB: NVML offers no 7g.80gb")
-    with pytest.raises(PlacementError, match="NVML offers no 7g.80gb"):
+    with pytest.raises(PlacementError, match=r"NVML offers no 7g\.80gb"):
         legal_shape(InstanceSpec(0, "1g.10gb", 0), refused, "NVML")
 
 
