@@ -370,9 +370,6 @@ class NvmlDriver(MigDriver):
         self.binding = NvmlBinding(Roots(root, proc_root, make_node))
         super().__init__(self.binding)
 
-    def mig_modes(self, op: str, card: int, dev: Any) -> tuple[bool, bool] | None:
-        return self.binding.mig_modes(op, card, dev)
-
     def versions(self) -> dict[str, str]:
         """The kernel driver's and NVML's versions, for `partkeeper probe --check`."""
         nv = self.binding.nv
