@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from partkeeper.drivers import vendor
+from partkeeper.drivers import clib, mig, vendor
 from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
@@ -33,31 +33,10 @@ from partkeeper.drivers.base import (
     UnknownError,
     issued_identity,
 )
-from partkeeper.drivers.clib import (
-    ERROR_INSUFFICIENT_RESOURCES,
-    CallFailed,
-    call,
-    change_call,
-    create_step,
-    memory_mib,
-    read_call,
-    read_handles,
-    read_struct,
-    read_uint,
-)
 from partkeeper.drivers.hygon import api, catalogue, host
-from partkeeper.drivers.mig import (
-    Binding,
-    Catalogue,
-    Ci,
-    Gi,
-    GiProfile,
-    MigDriver,
-    NoGpuInstance,
-)
 
 
-class DmiBinding(Binding):
+class DmiBinding(mig.Binding):
     """DMI through ctypes: the library and the host root its registry is read under."""
 
     library = "DMI"
@@ -72,15 +51,16 @@ class DmiBinding(Binding):
         self.root = root
 
     def count(self) -> int:
-        return read_uint("list", None, "counting devices", self.api.nvmlDeviceGetCount)
+        return clib.read_uint("list", None, "counting devices", self.api.nvmlDeviceGetCount)
 
     def device(self, op: str, card: int) -> int:
         """The card's handle, reached by its PCI bus id and checked to be card `card`."""
         pci = host.pci_bus_id(self.root, card)
         dev = ctypes.c_void_p()
-        read_call(op, card, f"getting the handle of {pci}",
-                  self.api.nvmlDeviceGetHandleByPciBusId, pci.encode(), ctypes.byref(dev))
-        index = read_uint(op, card, "reading the device index", self.api.nvmlDeviceGetIndex, dev)
+        clib.read_call(op, card, f"getting the handle of {pci}",
+                       self.api.nvmlDeviceGetHandleByPciBusId, pci.encode(), ctypes.byref(dev))
+        index = clib.read_uint(op, card, "reading the device index", self.api.nvmlDeviceGetIndex,
+                               dev)
         if index != card:
             cause = f"{pci} (registry dev{card}) is the library's device {index}"
             raise ReadError(op, card, None, cause)
@@ -88,72 +68,73 @@ class DmiBinding(Binding):
 
     def mig_modes(self, op: str, card: int, dev: Any) -> tuple[bool, bool] | None:
         current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
-        read_call(op, None, "reading the node's MIG mode", self.api.nvmlGetSystemMigMode,
-                  ctypes.byref(current), ctypes.byref(pending))
+        clib.read_call(op, None, "reading the node's MIG mode", self.api.nvmlGetSystemMigMode,
+                       ctypes.byref(current), ctypes.byref(pending))
         return (current.value == api.MIG_ENABLE, pending.value == api.MIG_ENABLE)
 
-    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], Catalogue]) -> Card:
+    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], mig.Catalogue]) -> Card:
         modes = self.mig_modes(op, index, dev)
         mode: Mode = "partition" if modes and modes[0] else "sliced"
-        mib = memory_mib(op, index, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
+        mib = clib.memory_mib(op, index, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
         model = vendor.model_for("hygon", mib) or f"Hygon DCU {mib} MiB"
         uuid = host.card_uuid(self.root, index, host.pci_bus_id(self.root, index))
         return Card(index, uuid, model, mode, mib)
 
-    def catalogue(self, op: str, card: int, dev: int) -> Catalogue:
-        mib = memory_mib(op, card, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
+    def catalogue(self, op: str, card: int, dev: int) -> mig.Catalogue:
+        mib = clib.memory_mib(op, card, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
         model = vendor.model_for("hygon", mib)
-        return Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
+        return mig.Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
 
     # -- instances ----------------------------------------------------------------------------
 
-    def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
-        handles = read_handles(op, card, f"listing {profile.name} GPU instances",
-                               self.api.nvmlDeviceGetGpuInstances, ctypes.c_void_p, dev,
-                               profile.id)
+    def gpu_instances(self, op: str, card: int, dev: Any, profile: mig.GiProfile) -> list[mig.Gi]:
+        handles = clib.read_handles(op, card, f"listing {profile.name} GPU instances",
+                                    self.api.nvmlDeviceGetGpuInstances, ctypes.c_void_p, dev,
+                                    profile.id)
         found = []
         for handle in handles:
-            info = read_struct(op, card, "reading a GPU instance", self.api.nvmlGpuInstanceGetInfo,
-                               handle, api.GpuInstanceInfo)
-            found.append(Gi(handle or 0, info.id, profile.id, info.placement.start,
-                            info.placement.size, profile.slices))
+            info = clib.read_struct(op, card, "reading a GPU instance",
+                                    self.api.nvmlGpuInstanceGetInfo, handle, api.GpuInstanceInfo)
+            found.append(mig.Gi(handle or 0, info.id, profile.id, info.placement.start,
+                                info.placement.size, profile.slices))
         return found
 
     def gpu_instance(
-        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], Catalogue]
-    ) -> Gi:
+        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], mig.Catalogue]
+    ) -> mig.Gi:
         """DMI has no lookup by id: the GI is found in the listing of every profile."""
         for profile in catalogue().profiles:
             for gi in self.gpu_instances(op, card, dev, profile):
                 if gi.gi_id == gi_id:
                     return gi
-        raise NoGpuInstance(f"no profile lists GPU instance {gi_id}")
+        raise mig.NoGpuInstance(f"no profile lists GPU instance {gi_id}")
 
     def compute_instances(
-        self, op: str, card: int, dev: Any, gis: Sequence[Gi]
-    ) -> dict[int, list[Ci]]:
+        self, op: str, card: int, dev: Any, gis: Sequence[mig.Gi]
+    ) -> dict[int, list[mig.Ci]]:
         """The whole-GI CIs of each of `gis`, the first with its registry identity."""
-        found: dict[int, list[Ci]] = {}
+        found: dict[int, list[mig.Ci]] = {}
         for gi in gis:
             cis = self._cis(op, card, gi)
             if cis:
                 uuid = host.read_uuid(self.root, (card, gi.gi_id, cis[0].ci_id), op)
-                cis[0] = Ci(cis[0].ci_id, uuid, handle=cis[0].handle)
+                cis[0] = mig.Ci(cis[0].ci_id, uuid, handle=cis[0].handle)
             found[gi.gi_id] = cis
         return found
 
-    def _cis(self, op: str, card: int, gi: Gi) -> list[Ci]:
+    def _cis(self, op: str, card: int, gi: mig.Gi) -> list[mig.Ci]:
         profile = catalogue.compute_profile(self.api, op, card, gi.handle, gi.slices)
         if profile is None:
             return []
-        handles = read_handles(op, card, "listing compute instances",
-                               self.api.nvmlGpuInstanceGetComputeInstances, ctypes.c_void_p,
-                               gi.handle, profile)
+        handles = clib.read_handles(op, card, "listing compute instances",
+                                    self.api.nvmlGpuInstanceGetComputeInstances, ctypes.c_void_p,
+                                    gi.handle, profile)
         found = []
         for handle in handles:
-            info = read_struct(op, card, "reading a compute instance",
-                               self.api.nvmlComputeInstanceGetInfo, handle, api.ComputeInstanceInfo)
-            found.append(Ci(info.id, "", handle=handle or 0))
+            info = clib.read_struct(op, card, "reading a compute instance",
+                                    self.api.nvmlComputeInstanceGetInfo, handle,
+                                    api.ComputeInstanceInfo)
+            found.append(mig.Ci(info.id, "", handle=handle or 0))
         return sorted(found, key=lambda c: c.ci_id)
 
     def counts_processes(self) -> bool:
@@ -168,53 +149,53 @@ class DmiBinding(Binding):
 
     # -- changes ------------------------------------------------------------------------------
 
-    def create_gi(self, card: int, dev: Any, profile: GiProfile, start: int, size: int) -> Any:
+    def create_gi(self, card: int, dev: Any, profile: mig.GiProfile, start: int, size: int) -> Any:
         gi = ctypes.c_void_p()
-        change_call("create", card, None, f"creating a {profile.name} GPU instance at {start}",
-                    self.api.nvmlDeviceCreateGpuInstanceWithPlacement, dev, profile.id,
-                    ctypes.byref(api.Placement(start, size)), ctypes.byref(gi))
+        clib.change_call("create", card, None, f"creating a {profile.name} GPU instance at {start}",
+                         self.api.nvmlDeviceCreateGpuInstanceWithPlacement, dev, profile.id,
+                         ctypes.byref(api.Placement(start, size)), ctypes.byref(gi))
         return gi.value or 0
 
     def gi_id(self, card: int, gi: Any) -> int:
         info = api.GpuInstanceInfo()
-        create_step(card, self.api.nvmlGpuInstanceGetInfo, gi, ctypes.byref(info))
+        clib.create_step(card, self.api.nvmlGpuInstanceGetInfo, gi, ctypes.byref(info))
         return int(info.id)
 
-    def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
+    def create_ci(self, card: int, gi: mig.Gi, profile: mig.GiProfile) -> Any:
         ci_profile = catalogue.compute_profile(self.api, "create", card, gi.handle, profile.slices)
         if ci_profile is None:
             raise UnknownError("create", card, None, "no whole-GI compute profile")
         made = ctypes.c_void_p()
         try:
-            call(self.api.nvmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
-                 ctypes.byref(made))
-        except CallFailed as exc:
+            clib.call(self.api.nvmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
+                      ctypes.byref(made))
+        except clib.CallFailed as exc:
             raise self._squatted(card, gi.gi_id, exc) from exc
         return made.value or 0
 
-    def _squatted(self, card: int, gi_id: int, exc: CallFailed) -> UnknownError:
+    def _squatted(self, card: int, gi_id: int, exc: clib.CallFailed) -> UnknownError:
         """Name the directory that makes a create fail forever, when that is the cause."""
         record = host.conf_record(card, gi_id, 0)
-        if exc.code == ERROR_INSUFFICIENT_RESOURCES and record in host.leftovers(self.root):
+        if exc.code == clib.ERROR_INSUFFICIENT_RESOURCES and record in host.leftovers(self.root):
             cause = (f"a directory sits at the partition record {record} (left by a container "
                      "runtime); the reclaimer removes it, then the create can succeed")
             return UnknownError("create", card, None, cause)
         return UnknownError("create", card, None, str(exc))
 
-    def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
+    def new_ci(self, card: int, gi: mig.Gi, handle: Any) -> mig.Ci:
         """The new CI and the identity the library issued it, read from its registry record."""
         info = api.ComputeInstanceInfo()
-        create_step(card, self.api.nvmlComputeInstanceGetInfo, handle, ctypes.byref(info))
+        clib.create_step(card, self.api.nvmlComputeInstanceGetInfo, handle, ctypes.byref(info))
         uuid = host.read_uuid(self.root, (card, gi.gi_id, info.id), "create")
-        return Ci(info.id, uuid, handle=handle)
+        return mig.Ci(info.id, uuid, handle=handle)
 
-    def destroy_ci(self, op: str, card: int, gi: Gi, ci: Ci) -> None:
-        change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
-                    self.api.nvmlComputeInstanceDestroy, ci.handle)
+    def destroy_ci(self, op: str, card: int, gi: mig.Gi, ci: mig.Ci) -> None:
+        clib.change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
+                         self.api.nvmlComputeInstanceDestroy, ci.handle)
 
-    def destroy_gi(self, op: str, card: int, name: str, gi: Gi) -> None:
-        change_call(op, card, name, f"destroying GPU instance {gi.gi_id}",
-                    self.api.nvmlGpuInstanceDestroy, gi.handle)
+    def destroy_gi(self, op: str, card: int, name: str, gi: mig.Gi) -> None:
+        clib.change_call(op, card, name, f"destroying GPU instance {gi.gi_id}",
+                         self.api.nvmlGpuInstanceDestroy, gi.handle)
 
     # -- what a container gets ----------------------------------------------------------------
 
@@ -230,7 +211,7 @@ class DmiBinding(Binding):
         return host.card_edits(self.root, found)
 
 
-class DmiDriver(MigDriver):
+class DmiDriver(mig.MigDriver):
     """The Driver protocol over DMI."""
 
     name = "dmi"

@@ -26,7 +26,7 @@ from partkeeper.devices import (
     partition_nodes,
     planned_nodes,
 )
-from partkeeper.drivers import profiles
+from partkeeper.drivers import mig, profiles
 from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
@@ -41,17 +41,6 @@ from partkeeper.drivers.base import (
     nvidia_card_edits,
     nvidia_edits,
     slot_identity,
-)
-from partkeeper.drivers.mig import (
-    Binding,
-    Catalogue,
-    Ci,
-    Gi,
-    GiProfile,
-    MigDriver,
-    ModeSwitchedOff,
-    NoGpuInstance,
-    walk,
 )
 from partkeeper.drivers.nvidia import tables
 from partkeeper.drivers.nvidia.tables import model_for
@@ -77,7 +66,7 @@ def _load() -> ModuleType:
     return pynvml
 
 
-class NvmlBinding(Binding):
+class NvmlBinding(mig.Binding):
     """NVML through nvidia-ml-py: handles and the host's device-node roots, nothing that changes."""
 
     library = "NVML"
@@ -156,7 +145,7 @@ class NvmlBinding(Binding):
         enabled = nv.NVML_DEVICE_MIG_ENABLE
         return (current == enabled, pending == enabled)
 
-    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], Catalogue]) -> Card:
+    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], mig.Catalogue]) -> Card:
         nv = self.nv
         name = self.read(op, index, "reading the name", nv.nvmlDeviceGetName, dev)
         uuid = self.read(op, index, "reading the UUID", nv.nvmlDeviceGetUUID, dev)
@@ -171,7 +160,7 @@ class NvmlBinding(Binding):
         # A model missing from profiles.py, or refused, keeps NVML's name: listed, no profiles.
         return Card(index, uuid, info.model or name, "partition", memory_mib, minor, info.problem)
 
-    def catalogue(self, op: str, card: int, dev: Any) -> Catalogue:
+    def catalogue(self, op: str, card: int, dev: Any) -> mig.Catalogue:
         """NVML's name, profiles and placements of a card, checked against profiles.py
         (nvidia/tables.py says how a disagreeing card is refused)."""
         nv = self.nv
@@ -180,7 +169,7 @@ class NvmlBinding(Binding):
         model = model_for(name, memory.total // 2**20)
         table = profiles.MODELS[model].profiles if model else {}
         base = {getattr(nv, f"NVML_GPU_INSTANCE_PROFILE_{b}") for b in tables.BASE_GI_PROFILES}
-        found: list[GiProfile] = []
+        found: list[mig.GiProfile] = []
         for const in range(nv.NVML_GPU_INSTANCE_PROFILE_COUNT):
             info = self._profile_info(op, card, dev, const)
             if info is None:
@@ -188,11 +177,11 @@ class NvmlBinding(Binding):
             ours = tables.match(table, info) if const in base else None
             label = ours.name if ours else tables.nvml_name(info) or f"nvml-profile-{info.id}"
             spots, unplaceable = self._placements(op, card, dev, info.id, label)
-            found.append(GiProfile(label, info.id, info.sliceCount, info.instanceCount, spots,
-                                   ours, const, unplaceable))
+            found.append(mig.GiProfile(label, info.id, info.sliceCount, info.instanceCount, spots,
+                                       ours, const, unplaceable))
         problem = tables.disagreement(found, model) if model else ""
         refused = f"{model}: {problem}" if problem else ""
-        return Catalogue(None if problem else model, tuple(found), refused, name)
+        return mig.Catalogue(None if problem else model, tuple(found), refused, name)
 
     def _placements(
         self, op: str, card: int, dev: Any, nvml_id: int, label: str
@@ -219,7 +208,7 @@ class NvmlBinding(Binding):
 
     # -- instances ----------------------------------------------------------------------------
 
-    def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
+    def gpu_instances(self, op: str, card: int, dev: Any, profile: mig.GiProfile) -> list[mig.Gi]:
         nv = self.nv
         array = (nv.c_nvmlGpuInstance_t * max(profile.max_count, 1))()
         count = ctypes.c_uint(0)
@@ -228,34 +217,34 @@ class NvmlBinding(Binding):
         self.read(op, card, what, nv.nvmlDeviceGetGpuInstances, *args)
         return [self._describe(op, card, h) for h in array[: count.value]]
 
-    def _describe(self, op: str, card: int, handle: Any) -> Gi:
+    def _describe(self, op: str, card: int, handle: Any) -> mig.Gi:
         info = self.read(op, card, "reading a GPU instance", self.nv.nvmlGpuInstanceGetInfo, handle)
-        return Gi(handle, info.id, info.profileId, info.placement.start, info.placement.size)
+        return mig.Gi(handle, info.id, info.profileId, info.placement.start, info.placement.size)
 
     def gpu_instance(
-        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], Catalogue]
-    ) -> Gi:
+        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], mig.Catalogue]
+    ) -> mig.Gi:
         nv = self.nv
         try:
             handle = nv.nvmlDeviceGetGpuInstanceById(dev, gi_id)
         except nv.NVMLError as exc:
             if self._code(exc) == nv.NVML_ERROR_NOT_FOUND:
-                raise NoGpuInstance(str(exc)) from exc
+                raise mig.NoGpuInstance(str(exc)) from exc
             if self._code(exc) == nv.NVML_ERROR_NOT_SUPPORTED:
                 # nvml.h: NOT_SUPPORTED "if device doesn't have MIG mode enabled". With MIG off
                 # no GPU instance exists, so the destroy is done; NVIDIA's DRA driver treats it
                 # as success too (cmd/gpu-kubelet-plugin/nvlib.go, deleteMigDevice).
-                raise ModeSwitchedOff(str(exc)) from exc
+                raise mig.ModeSwitchedOff(str(exc)) from exc
             raise ReadError(op, card, None, f"looking up GPU instance {gi_id}: {exc}") from exc
         return self._describe(op, card, handle)
 
     def compute_instances(
-        self, op: str, card: int, dev: Any, gis: Sequence[Gi]
-    ) -> dict[int, list[Ci]]:
+        self, op: str, card: int, dev: Any, gis: Sequence[mig.Gi]
+    ) -> dict[int, list[mig.Ci]]:
         total = self.read(op, card, "counting MIG devices", self.nv.nvmlDeviceGetMaxMigDeviceCount,
                           dev)
-        return walk(total, lambda index: self._mig_at(op, card, dev, index),
-                    lambda mig: self._mig_ids(op, card, mig))
+        return mig.walk(total, lambda index: self._mig_at(op, card, dev, index),
+                        lambda mig: self._mig_ids(op, card, mig))
 
     def _mig_at(self, op: str, card: int, dev: Any, index: int) -> Any | None:
         nv = self.nv
@@ -272,14 +261,14 @@ class NvmlBinding(Binding):
                 self.read(op, card, "reading a CI id", nv.nvmlDeviceGetComputeInstanceId, mig),
                 self.read(op, card, "reading a MIG UUID", nv.nvmlDeviceGetUUID, mig))
 
-    def processes(self, op: str, card: int, ci: Ci) -> int:
+    def processes(self, op: str, card: int, ci: mig.Ci) -> int:
         what = "listing the processes"
         return len(self.read(op, card, what, self.nv.nvmlDeviceGetComputeRunningProcesses,
                              ci.device))
 
     # -- changes ------------------------------------------------------------------------------
 
-    def create_gi(self, card: int, dev: Any, profile: GiProfile, start: int, size: int) -> Any:
+    def create_gi(self, card: int, dev: Any, profile: mig.GiProfile, start: int, size: int) -> Any:
         placement = self.nv.c_nvmlGpuInstancePlacement_t()
         placement.start, placement.size = start, size
         what = f"creating a {profile.name} GPU instance at start {start}"
@@ -291,7 +280,7 @@ class NvmlBinding(Binding):
     def gi_id(self, card: int, gi: Any) -> int:
         return int(self._step(card, self.nv.nvmlGpuInstanceGetInfo, gi).id)
 
-    def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
+    def create_ci(self, card: int, gi: mig.Gi, profile: mig.GiProfile) -> Any:
         nv = self.nv
         assert profile.ours is not None  # legal_shape chose it
         const = getattr(nv, f"NVML_COMPUTE_INSTANCE_PROFILE_{profile.ours.compute_slices}_SLICE")
@@ -300,7 +289,7 @@ class NvmlBinding(Binding):
                                 const, shared)
         return self._step(card, nv.nvmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile.id)
 
-    def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
+    def new_ci(self, card: int, gi: mig.Gi, handle: Any) -> mig.Ci:
         """The new CI's id, and its UUID from the CI's own device handle as NVIDIA's DRA driver
         reads it ("a MIG device handle maps 1:1 to a CI", cmd/gpu-kubelet-plugin/nvlib.go
         createMigDevice): one call instead of a walk. nvml.h calls that field the parent device,
@@ -314,9 +303,9 @@ class NvmlBinding(Binding):
             own = ""  # not a handle this NVML answers for: the walk decides
         if isinstance(own, bytes):
             own = own.decode()
-        return Ci(info.id, str(own) if str(own).startswith("MIG-") else "", handle=handle)
+        return mig.Ci(info.id, str(own) if str(own).startswith("MIG-") else "", handle=handle)
 
-    def destroy_ci(self, op: str, card: int, gi: Gi, ci: Ci) -> None:
+    def destroy_ci(self, op: str, card: int, gi: mig.Gi, ci: mig.Ci) -> None:
         nv = self.nv
         try:
             handle = ci.handle or nv.nvmlGpuInstanceGetComputeInstanceById(gi.handle, ci.ci_id)
@@ -327,7 +316,7 @@ class NvmlBinding(Binding):
             what = f"destroying compute instance {ci.ci_id}"
             raise self._mapped(op, card, ci.uuid or None, what, exc) from exc
 
-    def destroy_gi(self, op: str, card: int, name: str, gi: Gi) -> None:
+    def destroy_gi(self, op: str, card: int, name: str, gi: mig.Gi) -> None:
         what = f"destroying GPU instance {gi.gi_id}"
         self._change(op, card, name, what, self.nv.nvmlGpuInstanceDestroy, gi.handle)
 
@@ -357,7 +346,7 @@ class NvmlBinding(Binding):
             raise ReadError("allocate", inst.card, inst.uuid or f"GI {inst.gi_id}", cause) from exc
 
 
-class NvmlDriver(MigDriver):
+class NvmlDriver(mig.MigDriver):
     """The Driver protocol over NVML, plus what `partkeeper probe --check` reads."""
 
     name = "nvml"

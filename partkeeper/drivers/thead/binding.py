@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from partkeeper.drivers import vendor
+from partkeeper.drivers import clib, mig, vendor
 from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
@@ -26,39 +26,13 @@ from partkeeper.drivers.base import (
     ReadError,
     slot_identity,
 )
-from partkeeper.drivers.clib import (
-    ERROR_INSUFFICIENT_RESOURCES,
-    ERROR_INSUFFICIENT_SIZE,
-    ERROR_NOT_FOUND,
-    ERROR_NOT_SUPPORTED,
-    CallFailed,
-    call,
-    change_call,
-    create_step,
-    memory_mib,
-    read_call,
-    read_handles,
-    read_struct,
-    read_uint,
-    text,
-)
-from partkeeper.drivers.mig import (
-    Binding,
-    Catalogue,
-    Ci,
-    Gi,
-    GiProfile,
-    MigDriver,
-    NoGpuInstance,
-    walk,
-)
 from partkeeper.drivers.thead import api, catalogue, nodes
 
 # INSUFFICIENT_RESOURCES from a create: the placement is taken (HGML answers as NVML does).
-_CREATE_PLACEMENT = frozenset({ERROR_INSUFFICIENT_RESOURCES})
+_CREATE_PLACEMENT = frozenset({clib.ERROR_INSUFFICIENT_RESOURCES})
 
 
-class HgmlBinding(Binding):
+class HgmlBinding(mig.Binding):
     """HGML through ctypes: the library and where the host's nodes and procfs records are."""
 
     library = "HGML"
@@ -72,165 +46,167 @@ class HgmlBinding(Binding):
         self.root = root  # where the driver's /dev lives on the host (PK_DRIVER_ROOT)
         self.proc_root = proc_root or root / "proc"  # where /proc/driver/alixpu is read
         try:
-            call(self.api.Init)
-        except CallFailed as exc:
+            clib.call(self.api.Init)
+        except clib.CallFailed as exc:
             raise LibraryMissing(f"T-Head HGML ({self.api.lib.path}) cannot be initialised "
                                  f"({exc}); is the PPU driver loaded?") from exc
 
     def close(self) -> None:
-        read_call("close", None, "shutting HGML down", self.api.hgmlShutdown)
+        clib.read_call("close", None, "shutting HGML down", self.api.hgmlShutdown)
 
     def _string(self, op: str, card: int, what: str, fn: Any, dev: api.Handle) -> str:
         buf = ctypes.create_string_buffer(api.UUID_SIZE)
-        read_call(op, card, what, fn, dev, buf, api.UUID_SIZE)
-        return text(buf.raw)
+        clib.read_call(op, card, what, fn, dev, buf, api.UUID_SIZE)
+        return clib.text(buf.raw)
 
     def minor(self, op: str, card: int, dev: api.Handle) -> int:
         """The PPU node's kernel minor, as HGML reports it (`/dev/alixpu_ppu<ordinal>` must have
         it)."""
-        return read_uint(op, card, "reading the minor number",
+        return clib.read_uint(op, card, "reading the minor number",
                           self.api.hgmlDeviceGetMinorNumber, dev)
 
     def count(self) -> int:
-        return read_uint("list", None, "counting devices", self.api.DeviceGetCount)
+        return clib.read_uint("list", None, "counting devices", self.api.DeviceGetCount)
 
     def device(self, op: str, card: int) -> api.Handle:
         dev = api.Handle()
-        read_call(op, card, "getting the device handle", self.api.DeviceGetHandleByIndex, card,
-                  ctypes.byref(dev))
+        clib.read_call(op, card, "getting the device handle", self.api.DeviceGetHandleByIndex, card,
+                       ctypes.byref(dev))
         return dev
 
     def mig_modes(self, op: str, card: int, dev: api.Handle) -> tuple[bool, bool] | None:
         current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
         try:
-            call(self.api.hgmlDeviceGetMigMode, dev, ctypes.byref(current), ctypes.byref(pending))
-        except CallFailed as exc:
-            if exc.code == ERROR_NOT_SUPPORTED:
+            clib.call(self.api.hgmlDeviceGetMigMode, dev, ctypes.byref(current),
+                      ctypes.byref(pending))
+        except clib.CallFailed as exc:
+            if exc.code == clib.ERROR_NOT_SUPPORTED:
                 return None  # a PPU without MIG is sliced
             raise ReadError(op, card, None, f"reading the MIG mode: {exc}") from exc
         return (current.value == api.MIG_ENABLE, pending.value == api.MIG_ENABLE)
 
-    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], Catalogue]) -> Card:
+    def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], mig.Catalogue]) -> Card:
         a = self.api
         name = self._string(op, index, "reading the name", a.hgmlDeviceGetName, dev)
         uuid = self._string(op, index, "reading the UUID", a.hgmlDeviceGetUUID, dev)
         modes = self.mig_modes(op, index, dev)
         mode: Mode = "partition" if modes is not None and modes[0] else "sliced"
-        mib = memory_mib(op, index, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
+        mib = clib.memory_mib(op, index, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
         model = vendor.model_for("thead", mib)
         minor = self.minor(op, index, dev)
         return Card(index, uuid, model or name, mode, mib, minor=minor)
 
-    def catalogue(self, op: str, card: int, dev: api.Handle) -> Catalogue:
-        mib = memory_mib(op, card, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
+    def catalogue(self, op: str, card: int, dev: api.Handle) -> mig.Catalogue:
+        mib = clib.memory_mib(op, card, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
         model = vendor.model_for("thead", mib)
-        return Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
+        return mig.Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
 
     # -- instances ----------------------------------------------------------------------------
 
-    def gpu_instances(self, op: str, card: int, dev: Any, profile: GiProfile) -> list[Gi]:
-        handles = read_handles(op, card, f"listing {profile.name} GPU instances",
-                               self.api.hgmlDeviceGetGpuInstances, api.Handle, dev, profile.id)
+    def gpu_instances(self, op: str, card: int, dev: Any, profile: mig.GiProfile) -> list[mig.Gi]:
+        handles = clib.read_handles(op, card, f"listing {profile.name} GPU instances",
+                                    self.api.hgmlDeviceGetGpuInstances, api.Handle, dev, profile.id)
         return [self._describe(op, card, h) for h in handles]
 
-    def _describe(self, op: str, card: int, handle: api.Handle) -> Gi:
-        info = read_struct(op, card, "reading a GPU instance", self.api.hgmlGpuInstanceGetInfo,
-                           handle, api.GpuInstanceInfo)
-        return Gi(handle, info.id, info.profileId, info.placement.start, info.placement.size)
+    def _describe(self, op: str, card: int, handle: api.Handle) -> mig.Gi:
+        info = clib.read_struct(op, card, "reading a GPU instance", self.api.hgmlGpuInstanceGetInfo,
+                                handle, api.GpuInstanceInfo)
+        return mig.Gi(handle, info.id, info.profileId, info.placement.start, info.placement.size)
 
     def gpu_instance(
-        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], Catalogue]
-    ) -> Gi:
+        self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], mig.Catalogue]
+    ) -> mig.Gi:
         handle = api.Handle()
         try:
-            call(self.api.hgmlDeviceGetGpuInstanceById, dev, gi_id, ctypes.byref(handle))
-        except CallFailed as exc:
-            if exc.code == ERROR_NOT_FOUND:
-                raise NoGpuInstance(str(exc)) from exc
+            clib.call(self.api.hgmlDeviceGetGpuInstanceById, dev, gi_id, ctypes.byref(handle))
+        except clib.CallFailed as exc:
+            if exc.code == clib.ERROR_NOT_FOUND:
+                raise mig.NoGpuInstance(str(exc)) from exc
             raise ReadError(op, card, None, f"looking up GPU instance {gi_id}: {exc}") from exc
         return self._describe(op, card, handle)
 
     def compute_instances(
-        self, op: str, card: int, dev: Any, gis: Sequence[Gi]
-    ) -> dict[int, list[Ci]]:
+        self, op: str, card: int, dev: Any, gis: Sequence[mig.Gi]
+    ) -> dict[int, list[mig.Ci]]:
         """One walk of the MIG devices (one per CI), as NVML's."""
-        total = read_uint(op, card, "counting MIG devices",
-                          self.api.hgmlDeviceGetMaxMigDeviceCount, dev)
-        return walk(total, lambda index: self._mig_at(op, card, dev, index),
-                    lambda mig: self._mig_ids(op, card, mig))
+        total = clib.read_uint(op, card, "counting MIG devices",
+                               self.api.hgmlDeviceGetMaxMigDeviceCount, dev)
+        return mig.walk(total, lambda index: self._mig_at(op, card, dev, index),
+                        lambda mig: self._mig_ids(op, card, mig))
 
     def _mig_at(self, op: str, card: int, dev: Any, index: int) -> api.Handle | None:
         mig = api.Handle()
         try:
-            call(self.api.hgmlDeviceGetMigDeviceHandleByIndex, dev, index, ctypes.byref(mig))
-        except CallFailed as exc:
-            if exc.code == ERROR_NOT_FOUND:
+            clib.call(self.api.hgmlDeviceGetMigDeviceHandleByIndex, dev, index, ctypes.byref(mig))
+        except clib.CallFailed as exc:
+            if exc.code == clib.ERROR_NOT_FOUND:
                 return None  # no MIG device at this index
             raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
         return mig
 
     def _mig_ids(self, op: str, card: int, mig: api.Handle) -> tuple[int, int, str]:
         a = self.api
-        return (read_uint(op, card, "reading a GI id", a.hgmlDeviceGetGpuInstanceId, mig),
-                read_uint(op, card, "reading a CI id", a.hgmlDeviceGetComputeInstanceId, mig),
+        return (clib.read_uint(op, card, "reading a GI id", a.hgmlDeviceGetGpuInstanceId, mig),
+                clib.read_uint(op, card, "reading a CI id", a.hgmlDeviceGetComputeInstanceId, mig),
                 self._string(op, card, "reading a MIG UUID", a.hgmlDeviceGetUUID, mig))
 
-    def processes(self, op: str, card: int, ci: Ci) -> int:
+    def processes(self, op: str, card: int, ci: mig.Ci) -> int:
         count = ctypes.c_uint(0)
         try:
-            call(self.api.hgmlDeviceGetComputeRunningProcesses, ci.device, ctypes.byref(count),
-                 None)
-        except CallFailed as exc:
-            if exc.code == ERROR_INSUFFICIENT_SIZE:  # NULL buffer: the count is the answer
+            clib.call(self.api.hgmlDeviceGetComputeRunningProcesses, ci.device, ctypes.byref(count),
+                      None)
+        except clib.CallFailed as exc:
+            if exc.code == clib.ERROR_INSUFFICIENT_SIZE:  # NULL buffer: the count is the answer
                 return max(count.value, 1)
             raise ReadError(op, card, None, f"listing the processes: {exc}") from exc
         return count.value
 
     # -- changes ------------------------------------------------------------------------------
 
-    def create_gi(self, card: int, dev: Any, profile: GiProfile, start: int, size: int) -> Any:
+    def create_gi(self, card: int, dev: Any, profile: mig.GiProfile, start: int, size: int) -> Any:
         gi = api.Handle()
         what = f"creating a {profile.name} GPU instance at start {start}"
-        change_call("create", card, None, what, self.api.hgmlDeviceCreateGpuInstanceWithPlacement,
-                    dev, profile.id, ctypes.byref(api.Placement(start, size)), ctypes.byref(gi),
-                    placement_codes=_CREATE_PLACEMENT)
+        clib.change_call("create", card, None, what,
+                         self.api.hgmlDeviceCreateGpuInstanceWithPlacement, dev, profile.id,
+                         ctypes.byref(api.Placement(start, size)), ctypes.byref(gi),
+                         placement_codes=_CREATE_PLACEMENT)
         return gi
 
     def gi_id(self, card: int, gi: Any) -> int:
         info = api.GpuInstanceInfo()
-        create_step(card, self.api.hgmlGpuInstanceGetInfo, gi, ctypes.byref(info))
+        clib.create_step(card, self.api.hgmlGpuInstanceGetInfo, gi, ctypes.byref(info))
         return int(info.id)
 
-    def create_ci(self, card: int, gi: Gi, profile: GiProfile) -> Any:
+    def create_ci(self, card: int, gi: mig.Gi, profile: mig.GiProfile) -> Any:
         ci_profile = catalogue.whole_compute_profile(self.api, card, gi.handle, profile)
         made = api.Handle()
-        create_step(card, self.api.hgmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
+        clib.create_step(card, self.api.hgmlGpuInstanceCreateComputeInstance, gi.handle, ci_profile,
                    ctypes.byref(made))
         return made
 
-    def new_ci(self, card: int, gi: Gi, handle: Any) -> Ci:
+    def new_ci(self, card: int, gi: mig.Gi, handle: Any) -> mig.Ci:
         info = api.ComputeInstanceInfo()
-        create_step(card, self.api.ComputeInstanceGetInfo, handle, ctypes.byref(info))
-        return Ci(info.id, "", handle=handle)  # the UUID: one walk
+        clib.create_step(card, self.api.ComputeInstanceGetInfo, handle, ctypes.byref(info))
+        return mig.Ci(info.id, "", handle=handle)  # the UUID: one walk
 
-    def destroy_ci(self, op: str, card: int, gi: Gi, ci: Ci) -> None:
+    def destroy_ci(self, op: str, card: int, gi: mig.Gi, ci: mig.Ci) -> None:
         handle = ci.handle
         if handle is None:
             handle = api.Handle()
             try:
-                call(self.api.hgmlGpuInstanceGetComputeInstanceById, gi.handle, ci.ci_id,
-                     ctypes.byref(handle))
-            except CallFailed as exc:
-                if exc.code == ERROR_NOT_FOUND:
+                clib.call(self.api.hgmlGpuInstanceGetComputeInstanceById, gi.handle, ci.ci_id,
+                          ctypes.byref(handle))
+            except clib.CallFailed as exc:
+                if exc.code == clib.ERROR_NOT_FOUND:
                     return  # the CI is already gone; the GI still has to go
                 cause = f"looking up compute instance {ci.ci_id}: {exc}"
                 raise ReadError(op, card, ci.uuid or None, cause) from exc
-        change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
-                    self.api.hgmlComputeInstanceDestroy, handle)
+        clib.change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
+                         self.api.hgmlComputeInstanceDestroy, handle)
 
-    def destroy_gi(self, op: str, card: int, name: str, gi: Gi) -> None:
-        change_call(op, card, name, f"destroying GPU instance {gi.gi_id}",
-                    self.api.hgmlGpuInstanceDestroy, gi.handle)
+    def destroy_gi(self, op: str, card: int, name: str, gi: mig.Gi) -> None:
+        clib.change_call(op, card, name, f"destroying GPU instance {gi.gi_id}",
+                         self.api.hgmlGpuInstanceDestroy, gi.handle)
 
     # -- what a container gets ----------------------------------------------------------------
 
@@ -248,7 +224,7 @@ class HgmlBinding(Binding):
         return nodes.card_edits(self.root, found)
 
 
-class HgmlDriver(MigDriver):
+class HgmlDriver(mig.MigDriver):
     """The Driver protocol over HGML."""
 
     name = "hgml"
