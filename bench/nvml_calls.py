@@ -53,7 +53,7 @@ def measure(rounds: int = 200, busy: int = 6) -> dict[str, Any]:
     from fakes import nvml as fake_nvml  # the test fake: a benchmark, never shipped
 
     from partkeeper.drivers.base import InstanceSpec
-    from partkeeper.drivers.nvml import NvmlDriver
+    from partkeeper.drivers.nvidia.binding import NvmlDriver
 
     with tempfile.TemporaryDirectory(prefix="pk-nvml-calls-") as tmp:
         here = Path(tmp)

@@ -59,15 +59,15 @@ def open_driver(config: Config) -> Driver:
 
         return SimDriver(config.sim_state)
     if config.driver == "nvml":
-        from partkeeper.drivers.nvml import NvmlDriver
+        from partkeeper.drivers.nvidia.binding import NvmlDriver
 
         return NvmlDriver(root=config.driver_root, proc_root=config.proc_root)
     if config.driver == "hgml":
-        from partkeeper.drivers.hgml import HgmlDriver
+        from partkeeper.drivers.thead.binding import HgmlDriver
 
         return HgmlDriver(root=config.driver_root, proc_root=config.proc_root)
     if config.driver == "dmi":
-        from partkeeper.drivers.dmi import DmiDriver
+        from partkeeper.drivers.hygon.binding import DmiDriver
 
         return DmiDriver(root=config.driver_root)
     raise ValueError(f"unknown driver {config.driver!r}; expected nvml, hgml, dmi or sim")

@@ -1,7 +1,9 @@
 """The driver interface: what partkeeper needs from a partitionable accelerator.
 
-Two implementations: `sim` (a faithful MIG model in a shared JSON state file) and `nvml`. The
-interface is synchronous, because NVML is; services call it through `asyncio.to_thread`.
+Four implementations, named by `PK_DRIVER`: `nvml`, `hgml` and `dmi` are the one MIG algorithm
+(mig.py) over NVIDIA's, T-Head's and Hygon's libraries; `sim` is a faithful MIG model in a shared
+JSON state file. The interface is synchronous, because the libraries are; services call it
+through `asyncio.to_thread`.
 
 A spec (card, profile, start) says what a partition should be and nothing about existence; an
 `Instance` is the live identity the driver reports once the hardware exists.

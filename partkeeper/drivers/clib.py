@@ -11,7 +11,7 @@ import ctypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from partkeeper.drivers.base import (
     DriverError,
@@ -129,6 +129,47 @@ def read_call(op: str, card: int | None, what: str, fn: Any, *args: Any) -> None
         call(fn, *args)
     except CallFailed as exc:
         raise ReadError(op, card, None, f"{what}: {exc}") from exc
+
+
+def read_uint(op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
+    """A read whose answer is one `unsigned int` out-parameter, passed last."""
+    out = ctypes.c_uint(0)
+    read_call(op, card, what, fn, *args, ctypes.byref(out))
+    return out.value
+
+
+MAX_INSTANCES = 32  # the buffer partkeeper passes for instance lists (count in/out)
+
+S = TypeVar("S", bound=ctypes.Structure)
+
+
+def read_struct(op: str, card: int | None, what: str, fn: Any, handle: Any, struct: type[S]) -> S:
+    """A read whose answer is one struct out-parameter: `fn(handle, &out)`."""
+    out = struct()
+    read_call(op, card, what, fn, handle, ctypes.byref(out))
+    return out
+
+
+def read_handles(op: str, card: int, what: str, fn: Any, kind: Any, *args: Any) -> list[Any]:
+    """A listing into a caller's array: `fn(*args, array, &count)`, count in and out."""
+    array = (kind * MAX_INSTANCES)()
+    count = ctypes.c_uint(MAX_INSTANCES)
+    read_call(op, card, what, fn, *args, array, ctypes.byref(count))
+    return list(array[: min(count.value, MAX_INSTANCES)])
+
+
+def memory_mib(op: str, card: int, fn: Any, dev: Any, struct: type[ctypes.Structure]) -> int:
+    """The card's total memory in MiB, read into the vendor's `{total, free, used}` struct."""
+    memory: Any = read_struct(op, card, "reading the memory", fn, dev, struct)
+    return int(memory.total // 2**20)
+
+
+def create_step(card: int, fn: Any, *args: Any) -> None:
+    """A step of a create after its GPU instance exists: any failure is the cause of its undo."""
+    try:
+        call(fn, *args)
+    except CallFailed as exc:
+        raise UnknownError("create", card, None, str(exc)) from exc
 
 
 def change_call(

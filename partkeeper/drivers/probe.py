@@ -4,7 +4,7 @@ Read-only: it lists cards, MIG mode (current and pending), the profiles with the
 legal placements (or why there are none), the existing instances with UUIDs and process counts,
 and whether each card agrees with the built-in tables. It never creates, destroys or changes a
 mode. `--check` (nvml) adds what a first run on a GPU needs to see, still read-only;
-`--check --mutate` also creates and destroys one partition (partkeeper/drivers/nvml_check.py).
+`--check --mutate` also creates and destroys one partition (partkeeper/drivers/nvidia/check.py).
 When the library cannot be loaded or a read fails it prints one sentence and exits non-zero, never
 a traceback.
 
@@ -21,7 +21,8 @@ from typing import Any
 from partkeeper import limiter
 from partkeeper.config import ConfigError, load
 from partkeeper.drivers import DriverError, open_driver, profiles
-from partkeeper.drivers.base import Card, Driver, LibraryMissing, ReadError
+from partkeeper.drivers.base import Card, Driver, Instance, LibraryMissing, ReadError
+from partkeeper.drivers.mig import MigDriver
 
 EXIT_NO_LIBRARY = 2
 EXIT_READ_FAILED = 1
@@ -36,21 +37,22 @@ def _tables(model: str) -> dict[str, profiles.Profile]:
 def _instances(driver: Driver, card: Card) -> list[dict[str, Any]]:
     found = []
     for inst in driver.instances(card.index):
-        processes = _processes(driver, card.index, inst.gi_id) if inst.complete else 0
-        if processes is None:
-            try:
-                processes = int(driver.is_busy(inst))  # drivers that only say busy or not
-            except ReadError:
-                processes = None  # the library cannot tell (Hygon: only a destroy says IN_USE)
+        processes = _processes(driver, inst) if inst.complete else 0
         found.append({"uuid": inst.uuid, "profile": inst.profile, "start": inst.start,
                       "size": inst.size, "gi_id": inst.gi_id, "ci_id": inst.ci_id,
                       "complete": inst.complete, "processes": processes})
     return found
 
 
-def _processes(driver: Driver, card: int, gi_id: int) -> int | None:
-    count = getattr(driver, "processes", None)
-    return None if count is None else int(count("probe", card, gi_id))
+def _processes(driver: Driver, inst: Instance) -> int | None:
+    """The process count; None where the library cannot tell (Hygon: only a destroy says
+    IN_USE). The sim only says busy or not."""
+    if isinstance(driver, MigDriver):
+        return driver.processes("probe", inst.card, inst.gi_id)
+    try:
+        return int(driver.is_busy(inst))
+    except ReadError:
+        return None
 
 
 def _table_profile(p: profiles.Profile) -> dict[str, Any]:
@@ -73,8 +75,8 @@ def gather(driver: Driver) -> dict[str, Any]:
     """Everything probe shows, read from `driver`. Raises DriverError on any failed read."""
     cards = []
     for card in driver.cards():
-        library_view = getattr(driver, "probe_view", None)  # the library's own view (not sim)
-        view = library_view(card.index) if library_view is not None else _table_view(card)
+        # A vendor library's own view; the sim has none beyond the tables.
+        view = driver.probe_view(card.index) if isinstance(driver, MigDriver) else _table_view(card)
         known = card.model in profiles.MODELS
         cards.append({
             "index": card.index, "uuid": card.uuid, "model": card.model, "mode": card.mode,
@@ -131,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
         driver = open_driver(config)
-        # --check: the first run on a MIG-enabled GPU (partkeeper/drivers/nvml_check.py)
+        # --check: the first run on a MIG-enabled GPU (partkeeper/drivers/nvidia/check.py)
         view = _checked(driver, args.mutate) if args.check else gather(driver)
     except LibraryMissing as exc:
         print(f"partkeeper probe: {exc}", file=sys.stderr)
@@ -146,9 +148,9 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(view, indent=2))
     elif args.check:
-        from partkeeper.drivers import nvml_check
+        from partkeeper.drivers.nvidia import check
 
-        print("\n".join(nvml_check.render(view)))
+        print("\n".join(check.render(view)))
     else:
         render(view)
         if view.get("container_runtime", {}).get("advice"):
@@ -157,11 +159,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _checked(driver: Driver, mutate: bool) -> dict[str, Any]:
-    from partkeeper.drivers import nvml_check  # here: it needs the nvml driver's module
-    from partkeeper.drivers.nvml import NvmlDriver
+    from partkeeper.drivers.nvidia import check  # here: it needs the nvml driver's module
+    from partkeeper.drivers.nvidia.binding import NvmlDriver
 
     assert isinstance(driver, NvmlDriver)  # PK_DRIVER=nvml, checked by the caller
-    return nvml_check.check(driver, mutate=mutate)
+    return check.check(driver, mutate=mutate)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -44,7 +44,8 @@ def test_the_blocker_blocks() -> None:
 def test_services_and_operator_commands_need_no_simulator_module() -> None:
     result = without_sim(
         "import services.watcher.main, services.allocator.main, services.reclaimer.main,"
-        " services.gc.main, partkeeper.drivers.nvml, partkeeper.stack.status, partkeeper.cli\n"
+        " services.gc.main, partkeeper.drivers.nvidia.binding, partkeeper.stack.status,"
+        " partkeeper.cli\n"
         "from partkeeper.cli import main\n"
         "main(['--version'])\n"
     )

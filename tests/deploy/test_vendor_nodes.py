@@ -2,8 +2,8 @@
 driver reads on the host reaches the containers that call it, at the path the driver names in an
 Allocate reply, and nothing of NVIDIA's container toolkit is left.
 
-The host paths come from the driver modules (hgml_api, thead_nodes, dmi_api, hygon_host), so a path
-the code starts to read fails here until the manifests give it.
+The host paths come from the driver modules (thead.api, thead.nodes, hygon.api, hygon.host), so a
+path the code starts to read fails here until the manifests give it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 
 from partkeeper import config
-from partkeeper.drivers import dmi_api, hgml_api, hygon_host, thead_nodes
+from partkeeper.drivers.hygon import api as dmi_api
+from partkeeper.drivers.hygon import host as hygon_host
+from partkeeper.drivers.thead import api as hgml_api
+from partkeeper.drivers.thead import nodes as thead_nodes
 from tests_support.manifests import (
     DEPLOY,
     ROOT,

@@ -248,7 +248,7 @@ def nvml_slot_gi(start: int, size: int) -> int:
 
 
 def _nvml(request: pytest.FixtureRequest) -> Harness:
-    from partkeeper.drivers.nvml import NvmlDriver
+    from partkeeper.drivers.nvidia.binding import NvmlDriver
 
     fake = request.getfixturevalue("fake_nvml")  # the NVIDIA node, conftest.py
 

@@ -332,3 +332,17 @@ def test_a_gpu_instance_left_without_compute_instance_is_completed_by_the_retry(
     assert (done.gi_id, done.start) == (left.gi_id, start) and done.ci_id >= 0
     assert done.complete and done.uuid.startswith("MIG-")
     assert harness.driver.instances(0) == [done]
+
+
+def test_a_gpu_instance_without_compute_instance_is_not_busy(harness: Harness) -> None:
+    """No process can run where no compute instance is: the busy check of the GI a failed create
+    left says not busy (or, where the library cannot count, why not), rather than failing the read
+    on HGML only, as it did when each vendor had its own busy check (mig.MigDriver.is_busy)."""
+    profile, start = harness.away_from_zero
+    harness.fail("ci_create")
+    harness.fail("gi_destroy")  # and the undo fails too
+    with pytest.raises(UnknownError, match="undoing it failed too"):
+        harness.driver.create(InstanceSpec(0, profile.name, start))
+    (left,) = harness.driver.instances(0)
+    assert not left.complete
+    _assert_busy(harness, left, False)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from partkeeper.devices import CAPS_MODULE, DeviceNodeError, Roots, char_major, ensure_node
 from partkeeper.drivers import profiles
-from partkeeper.drivers.nvml_tables import same_placements
+from partkeeper.drivers.mig import same_placements
 
 _NAMES = st.sampled_from(["nvidia", "nvidia-caps", "nvidia-caps-imex-channels", "nvidia-uvm",
                           "nvidia-frontend", "mem", "tty", "sd"])

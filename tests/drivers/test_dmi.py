@@ -12,7 +12,6 @@ import pytest
 from fakes import dmi as fake_dmi
 from fakes import nvml as fake_nvml
 
-from partkeeper.drivers import dmi_api
 from partkeeper.drivers.base import (
     InstanceSpec,
     LibraryMissing,
@@ -20,7 +19,8 @@ from partkeeper.drivers.base import (
     ReadError,
     UnknownError,
 )
-from partkeeper.drivers.dmi import DmiDriver
+from partkeeper.drivers.hygon import api as dmi_api
+from partkeeper.drivers.hygon.binding import DmiDriver
 
 from .vendor_rigs import Rig, hygon_rig, open_dmi
 
@@ -176,7 +176,7 @@ def test_the_library_adds_nothing_to_the_global_scope(rig: Rig) -> None:
     own NVML names bound to DMI's functions."""
     probe = (
         "import ctypes, sys\n"
-        "from partkeeper.drivers import dmi_api\n"
+        "from partkeeper.drivers.hygon import api as dmi_api\n"
         f"api = dmi_api.load([{str(rig.fake.library)!r}])\n"
         "sys.exit(0 if not hasattr(ctypes.CDLL(None), 'nvmlDeviceGetCount') else 3)\n"
     )

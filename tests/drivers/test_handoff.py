@@ -20,7 +20,7 @@ from partkeeper.config import Config
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
 from partkeeper.drivers import Driver, open_driver
 from partkeeper.drivers.base import ContainerEdits, Instance, InstanceSpec, ReadError
-from partkeeper.drivers.nvml import NvmlDriver
+from partkeeper.drivers.nvidia.binding import NvmlDriver
 from schemas import Claim, LiveInstance
 from services.allocator import handoff, reply
 from services.allocator.context import Context

@@ -19,7 +19,7 @@ from fakes.hostfs import char_device
 from fakes.nvml import FakeNvml
 
 from partkeeper.devices import NVIDIA_MAJOR, MakeNode
-from partkeeper.drivers.nvml import NvmlDriver
+from partkeeper.drivers.nvidia.binding import NvmlDriver
 from partkeeper.sim.kubelet import CREATE_CONTAINER_ERROR, UNEXPECTED_ADMISSION_ERROR
 
 RESOURCE = "nvidia.com/mig-1g.10gb"  # the H100, card 0

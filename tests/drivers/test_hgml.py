@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from fakes import hgml as fake_hgml
 
-from partkeeper.drivers import hgml_api
 from partkeeper.drivers.base import InstanceSpec, LibraryMissing, ReadError, UnknownError
-from partkeeper.drivers.hgml import HgmlDriver
+from partkeeper.drivers.thead import api as hgml_api
+from partkeeper.drivers.thead.binding import HgmlDriver
 
 from .vendor_rigs import Rig, open_hgml, thead_rig
 
@@ -27,8 +27,8 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor_libraries: dict[
 
 
 def _offered(driver: HgmlDriver) -> dict[str, int]:
-    info = driver._card_info("test", 0, driver._device("test", 0))
-    return {p.name: p.id for p in info.gi_profiles if p.offered}
+    info = driver.catalogue("test", 0, driver.binding.device("test", 0))
+    return {p.name: p.id for p in info.profiles if p.offered}
 
 
 def test_profiles_are_probed_by_index_and_matched_by_normalised_name(rig: Rig) -> None:

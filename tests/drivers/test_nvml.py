@@ -28,8 +28,8 @@ from partkeeper.drivers.base import (
     ReadError,
     UnknownError,
 )
-from partkeeper.drivers.nvml import NvmlDriver, model_for
-from partkeeper.drivers.nvml_tables import placements
+from partkeeper.drivers.nvidia.binding import NvmlDriver, model_for
+from partkeeper.drivers.nvidia.tables import placements
 from partkeeper.drivers.sim import SimDriver
 from partkeeper.errors import StartupError
 from services.allocator import catalog
@@ -122,7 +122,7 @@ def test_separate_processes_share_one_card_through_the_normal_library_lookup(
     fake_nvml: FakeNvml,
 ) -> None:
     code = (
-        "from partkeeper.drivers.nvml import NvmlDriver; from partkeeper.drivers import "
+        "from partkeeper.drivers.nvidia.binding import NvmlDriver; from partkeeper.drivers import "
         "InstanceSpec; print(NvmlDriver().create(InstanceSpec(0, '2g.20gb', 2)).uuid)"
     )
     env = {**os.environ, **fake_nvml.env()}
@@ -138,9 +138,9 @@ def test_separate_processes_share_one_card_through_the_normal_library_lookup(
 def test_profile_ids_and_placements_are_read_from_nvml(no_complaints: FakeNvml) -> None:
     driver = NvmlDriver()
     dev = pynvml.nvmlDeviceGetHandleByIndex(A100)
-    info = driver.card_info("probe", A100, dev)
-    by_name = {p.name: p for p in info.gi_profiles}
-    assert by_name["1g.5gb"].nvml_id == 19 and by_name["1g.10gb"].nvml_id == 15  # REV2
+    info = driver.catalogue("probe", A100, dev)
+    by_name = {p.name: p for p in info.profiles}
+    assert by_name["1g.5gb"].id == 19 and by_name["1g.10gb"].id == 15  # REV2
     assert by_name["1g.10gb"].placements == ((0, 2), (2, 2), (4, 2), (6, 2))
     assert by_name["1g.5gb+me"].ours is None and info.problem == ""
 
@@ -162,8 +162,8 @@ def test_placements_in_another_order_agree_with_the_tables(no_complaints: FakeNv
                   pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE):
         no_complaints.set_placements(H100, const, descending=True)
     driver = NvmlDriver()
-    info = driver.card_info("list", H100, pynvml.nvmlDeviceGetHandleByIndex(H100))
-    three = next(p for p in info.gi_profiles if p.name == "3g.40gb")
+    info = driver.catalogue("list", H100, pynvml.nvmlDeviceGetHandleByIndex(H100))
+    three = next(p for p in info.profiles if p.name == "3g.40gb")
     assert three.placements == ((4, 4), (0, 4))  # as NVML listed them
     assert info.problem == "" and driver.cards()[H100].model == "H100-80GB"
     view = driver.probe_view(H100)
@@ -425,7 +425,7 @@ def test_open_driver_picks_the_configured_driver(fake_nvml: FakeNvml, tmp_path: 
 
 def test_the_package_imports_without_pynvml() -> None:
     code = (
-        "import sys; import partkeeper.drivers, partkeeper.drivers.nvml, partkeeper.cli;"
+        "import sys; import partkeeper.drivers, partkeeper.drivers.nvidia.binding, partkeeper.cli;"
         "partkeeper.cli.build_parser(); assert 'pynvml' not in sys.modules, 'imported eagerly'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -14,7 +14,7 @@ from fakes import nvml as nv
 from fakes.nvml import FakeNvml
 
 from partkeeper.drivers.base import InstanceSpec
-from partkeeper.drivers.nvml import NvmlDriver
+from partkeeper.drivers.nvidia.binding import NvmlDriver
 
 MUTATING = (
     "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceCreateComputeInstance",
@@ -188,7 +188,7 @@ def test_gpu_check_script_runs_read_only_without_the_node_tools(
 
 def test_check_says_no_where_a_second_session_missed_a_change() -> None:
     """What a stale session (the public report) and a refused hand-over read as."""
-    from partkeeper.drivers.nvml_check import render
+    from partkeeper.drivers.nvidia.check import render
 
     report = {"versions": {"nvml": "12.550.54.15", "driver": "550.54.15"}, "cards": [],
               "mutate": {"spec": "card 0 1g.10gb at 1", "uuid": "MIG-x", "uuid_from": "walk",

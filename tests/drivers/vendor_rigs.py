@@ -14,8 +14,8 @@ from fakes import dmi as fake_dmi
 from fakes import hgml as fake_hgml
 from fakes.parts import FakeParts
 
-from partkeeper.drivers.dmi import DmiDriver
-from partkeeper.drivers.hgml import HgmlDriver
+from partkeeper.drivers.hygon.binding import DmiDriver
+from partkeeper.drivers.thead.binding import HgmlDriver
 
 
 @dataclass

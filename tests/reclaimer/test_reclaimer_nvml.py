@@ -14,7 +14,7 @@ from reclaimer.reclaimer_harness import MODEL, AuditLog, Hands, new_uid, until
 
 from partkeeper.claims import machine
 from partkeeper.drivers.base import Instance, InstanceSpec
-from partkeeper.drivers.nvml import NvmlDriver
+from partkeeper.drivers.nvidia.binding import NvmlDriver
 from schemas import Claim, ClaimChanged, DestroyFailed, LiveInstance
 from services.watcher import kube_events
 

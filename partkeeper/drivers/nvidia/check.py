@@ -9,7 +9,7 @@ With `--mutate` it also creates one partition (the smallest profile at the first
 first MIG card that agrees with the tables), hands it over as an Allocate would (which makes its
 capability nodes), asks a second NVML session opened before the create whether it sees the
 partition, destroys it, and asks again. The second session is a child process
-(`python -m partkeeper.drivers.nvml_check --session`), as the allocator and the reclaimer are
+(`python -m partkeeper.drivers.nvidia.check --session`), as the allocator and the reclaimer are
 separate long-lived processes; a public report says a deleted MIG device can stay visible to a
 session opened before the delete. It also says where the create found the new UUID (the CI's own
 device handle, or a walk where NVML named the parent card).
@@ -29,7 +29,7 @@ from typing import Any
 from partkeeper.devices import node_state
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import DriverError, Instance, InstanceSpec
-from partkeeper.drivers.nvml import NvmlDriver
+from partkeeper.drivers.nvidia.binding import NvmlDriver
 from partkeeper.drivers.probe import profile_lines
 
 SESSION_SECONDS = 60.0
@@ -113,7 +113,7 @@ class _Session:
 
     def __enter__(self) -> _Session:
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "partkeeper.drivers.nvml_check", "--session"],
+            [sys.executable, "-m", "partkeeper.drivers.nvidia.check", "--session"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
         self._expect("ready")
         return self

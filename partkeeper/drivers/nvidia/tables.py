@@ -9,18 +9,18 @@ kept for `partkeeper probe`, and the other profiles and cards are read as usual.
 view of a base profile disagrees with the built-in tables (other placements or none, another size
 or instance count) is refused: it is listed under NVML's own name and offered no profile, so
 capacity never advertises a slot the planner's tables and the hardware see differently. Its
-instances are still listed and counted occupied. docs/drivers.md records this decision.
+instances are still listed and counted occupied. docs/drivers.md (NVIDIA) records this decision.
 """
 
 from __future__ import annotations
 
 import ctypes
 import re
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from partkeeper.drivers import profiles
+from partkeeper.drivers.mig import GiProfile, same_placements
 
 # The GI profiles partkeeper creates. The +me/+gfx/-me variants share slice count and memory with
 # these, so matching a profile name is restricted to this set; enumeration covers every profile.
@@ -65,45 +65,6 @@ def match(table: dict[str, profiles.Profile], info: Any) -> profiles.Profile | N
     ):
         return None
     return best
-
-
-@dataclass(frozen=True, slots=True)
-class GiProfile:
-    name: str  # ours for a base profile ("1g.10gb"), NVML's for the others ("1g.10gb+me")
-    nvml_const: int  # NVML_GPU_INSTANCE_PROFILE_*
-    nvml_id: int  # the profile id NVML reports and create takes
-    max_count: int
-    placements: tuple[tuple[int, int], ...]  # (start, size) as NVML reports them
-    ours: profiles.Profile | None
-    # NVML's answer when it gives no placements for a profile it lists (NOT_SUPPORTED or
-    # INVALID_ARGUMENT; NVIDIA's DRA driver skips such a profile): "" when it gave them.
-    unplaceable: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CardInfo:
-    nvml_name: str
-    model: str | None  # None: not in the tables, or refused (see `problem`)
-    gi_profiles: tuple[GiProfile, ...]
-    problem: str = ""  # why the card is refused, "" when it agrees with the tables
-
-
-def profile_view(p: GiProfile) -> dict[str, Any]:
-    """One GI profile as `partkeeper probe` shows it: NVML's ids and placements beside the
-    table's (none for a profile the tables do not know)."""
-    ours = p.ours.placements() if p.ours else None
-    return {
-        "name": p.name, "nvml_id": p.nvml_id, "nvml_profile": p.nvml_const,
-        "instances": p.max_count, "placements": [list(x) for x in p.placements],
-        "placements_error": p.unplaceable or None,
-        "table_placements": None if ours is None else [list(x) for x in ours],
-        "matches": None if ours is None else same_placements(p.placements, ours),
-    }
-
-
-def same_placements(nvml: tuple[tuple[int, int], ...], table: tuple[tuple[int, int], ...]) -> bool:
-    """NVML's placements against a table's, as sets: NVML's order is no promise."""
-    return set(nvml) == set(table)
 
 
 def placements(nv: ModuleType, dev: Any, nvml_id: int) -> tuple[tuple[int, int], ...]:

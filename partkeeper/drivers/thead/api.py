@@ -22,7 +22,6 @@ COMPUTE_PROFILE_PROBES = 28  # HGML_COMPUTE_INSTANCE_PROFILE_COUNT
 CAPS_GFX = 0x2
 MIG_ENABLE = 1
 ENGINE_SHARED = 0
-MAX_INSTANCES = 32
 PPU_HOME = "/usr/local/PPU_SDK"  # the SDK's default home, where the library is looked for
 
 

@@ -9,38 +9,21 @@ two differ (`MIG 4g48gb` is id 5), and several indices may answer with one profi
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
-from partkeeper.drivers import hgml_api as api
-from partkeeper.drivers import vendor
+from partkeeper.drivers import profiles, vendor
 from partkeeper.drivers.base import ReadError, UnknownError
 from partkeeper.drivers.clib import ABSENT, Api, CallFailed, call, text
+from partkeeper.drivers.mig import GiProfile
+from partkeeper.drivers.thead import api
 
 
-@dataclass(frozen=True, slots=True)
-class GiProfile:
-    id: int
-    name: str  # normalised ("4g.48gb"), or the library's own for variants
-    slices: int  # compute slices
-    count: int
-    memory_mb: int
-    offered: bool  # a plain profile partkeeper may create (no `+` variant, no GFX bit)
-    placements: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CardInfo:
-    model: str | None
-    minor: int
-    gi_profiles: tuple[GiProfile, ...]
-
-    def by_id(self, profile_id: int) -> GiProfile | None:
-        return next((p for p in self.gi_profiles if p.id == profile_id), None)
-
-
-def probe(a: Api, op: str, card: int, dev: api.Handle) -> tuple[GiProfile, ...]:
+def probe(
+    a: Api, op: str, card: int, dev: api.Handle, model: str | None
+) -> tuple[GiProfile, ...]:
     """Every GI profile the card answers for (absent indices skipped, aliases collapsed by id).
-    Any other failure is a ReadError: a probe that cannot be proven complete fails."""
+    A plain one (no `+` variant, no GFX bit) of `model`'s table is offered. Any other failure is
+    a ReadError: a probe that cannot be proven complete fails."""
+    table = profiles.MODELS[model].profiles if model else {}
     seen: dict[int, GiProfile] = {}
     for index in range(api.PROFILE_PROBES):
         read = _profile_info(a, op, card, dev, index)
@@ -48,10 +31,11 @@ def probe(a: Api, op: str, card: int, dev: api.Handle) -> tuple[GiProfile, ...]:
             continue
         v2, caps = read
         raw = text(v2.name)
-        offered = bool(raw) and "+" not in raw and not caps & api.CAPS_GFX
+        plain = bool(raw) and "+" not in raw and not caps & api.CAPS_GFX
         name = vendor.normalise_profile(raw) or f"hgml-profile-{v2.id}"
-        seen[v2.id] = GiProfile(v2.id, name, v2.sliceCount, v2.instanceCount, v2.memorySizeMB,
-                                offered, _placements(a, op, card, dev, v2.id))
+        ours = table.get(name) if plain else None
+        seen[v2.id] = GiProfile(name, v2.id, v2.sliceCount, v2.instanceCount,
+                                _placements(a, op, card, dev, v2.id), ours)
     return tuple(sorted(seen.values(), key=lambda p: p.id))
 
 

@@ -7,24 +7,18 @@ absent code and is skipped; any other failure is a ReadError.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
-from partkeeper.drivers import dmi_api as api
-from partkeeper.drivers import vendor
+from partkeeper.drivers import profiles, vendor
 from partkeeper.drivers.base import ReadError
 from partkeeper.drivers.clib import ABSENT, Api, CallFailed, call, text
+from partkeeper.drivers.hygon import api
+from partkeeper.drivers.mig import GiProfile
 
 
-@dataclass(frozen=True, slots=True)
-class Profile:
-    id: int
-    name: str
-    slices: int
-    placements: tuple[tuple[int, int], ...]
-
-
-def probe(a: Api, op: str, card: int, dev: int) -> tuple[Profile, ...]:
-    found: list[Profile] = []
+def probe(a: Api, op: str, card: int, dev: int, model: str | None) -> tuple[GiProfile, ...]:
+    """Every profile the card answers for; those of `model`'s table are offered."""
+    table = profiles.MODELS[model].profiles if model else {}
+    found: list[GiProfile] = []
     for width in api.SLICE_WIDTHS:
         info = api.GpuInstanceProfileInfo()
         try:
@@ -35,11 +29,14 @@ def probe(a: Api, op: str, card: int, dev: int) -> tuple[Profile, ...]:
             raise ReadError(op, card, None, f"reading the {width}-slice profile: {exc}") from exc
         name = vendor.normalise_profile(text(info.name)) or f"dmi-profile-{info.id}"
         places = _placements(a, op, card, dev, info.id)
-        found.append(Profile(info.id, name, info.gpu_slice_count, places))
+        found.append(GiProfile(name, info.id, info.gpu_slice_count, len(places), places,
+                               table.get(name), width - 1))
     return tuple(found)
 
 
-def _placements(a: Api, op: str, card: int, dev: int, profile_id: int):
+def _placements(
+    a: Api, op: str, card: int, dev: int, profile_id: int
+) -> tuple[tuple[int, int], ...]:
     array = (api.Placement * api.MAX_INSTANCES)()
     count = ctypes.c_uint(api.MAX_INSTANCES)
     try:
