@@ -20,7 +20,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from partkeeper import bus
+from partkeeper import backoff, bus
 from partkeeper.config import Config, load
 from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
@@ -99,7 +99,7 @@ async def supervise(name: str, body: Callable[[], Awaitable[None]], stop: asynci
         await cancel_all((stopper,))
         problem = _failure(task)
         attempt = 1 if loop.time() - started > HEALTHY_SECONDS else attempt + 1
-        wait = bus.backoff.delay(attempt, base=0.5, cap=15.0)
+        wait = backoff.delay(attempt, base=0.5, cap=15.0)
         log.error("%s: %s; starting it again in %.1fs", name, problem, wait,
                   exc_info=task.exception() if not task.cancelled() else None)
         await woken_or_timeout(stop, wait)
@@ -132,7 +132,7 @@ async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) 
                 return True
             problem = (f"not ready: waiting for `partkeeper provision` to create "
                        f"{', '.join(missing)}")
-        wait = bus.backoff.delay(attempt, base=0.5, cap=10)
+        wait = backoff.delay(attempt, base=0.5, cap=10)
         log.warning("%s; looking again in %.1fs", problem, wait)
         await woken_or_timeout(stop, wait)
     return False

@@ -31,7 +31,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from opentelemetry import trace
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.lifecycle import cancel_all, honour_cancel
 from partkeeper.telemetry import metrics, tracing
 from schemas import SchemaError

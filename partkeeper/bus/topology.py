@@ -24,7 +24,7 @@ import nats.errors
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.config import Config
 from schemas import names
 

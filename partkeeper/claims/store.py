@@ -20,8 +20,7 @@ from collections.abc import Callable, Mapping
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from partkeeper import faults
-from partkeeper.bus import backoff
+from partkeeper import backoff, faults
 from partkeeper.bus.kv import Bucket, entries
 from partkeeper.bus.publish import publish
 from partkeeper.claims import machine, outbox

@@ -10,7 +10,7 @@ import logging
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config

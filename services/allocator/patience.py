@@ -25,7 +25,8 @@ from typing import TypeVar
 import nats.errors
 import nats.js.errors
 
-from partkeeper.bus import RemoteError, Unanswered, backoff
+from partkeeper import backoff
+from partkeeper.bus import RemoteError, Unanswered
 from partkeeper.bus.rpc import BAD_REQUEST
 from services.allocator.context import Context
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.podstate import is_dead
 from schemas import PodRecord, SchemaError, decode
 from schemas.names import decode_token, encode_token

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.kubelet import (
     API_VERSION,
     KUBELET_SOCKET,

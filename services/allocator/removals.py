@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.telemetry import tracing
 from schemas import ClaimChanged, PartitionEvent, SchemaError, decode
 from schemas.names import STREAM_PARTITIONS, parts_filter

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from partkeeper import faults, workdir
-from partkeeper.bus import backoff, publish
+from partkeeper import backoff, faults, workdir
+from partkeeper.bus import publish
 from partkeeper.config import Config
 from partkeeper.telemetry import logs, metrics
 from schemas import PodsGetReply, WorkdirCollected, validate_pod_uid

@@ -15,8 +15,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from partkeeper import workdir
-from partkeeper.bus import backoff
+from partkeeper import backoff, workdir
 from partkeeper.lifecycle import honour_cancel
 from partkeeper.telemetry import logs, metrics
 from schemas import PodsGetReply

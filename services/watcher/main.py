@@ -12,7 +12,7 @@ import logging
 from nats.aio.client import Client
 
 import partkeeper
-from partkeeper import bus, runtime
+from partkeeper import backoff, bus, runtime
 from partkeeper.config import Config
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_PODS, SERVICE_WATCHER
@@ -72,7 +72,7 @@ async def _load(view: PodView, tuning: Tuning) -> None:
             count = await view.load()
         except ViewError as exc:
             attempt += 1
-            wait = bus.backoff.delay(attempt, base=tuning.retry_base, cap=tuning.retry_cap)
+            wait = backoff.delay(attempt, base=tuning.retry_base, cap=tuning.retry_cap)
             log.warning("%s; retry %d in %.1fs", exc, attempt, wait)
             await asyncio.sleep(wait)
         else:

@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.limiter import NONE
 from services.watcher.kube import Kube
 

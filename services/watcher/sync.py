@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from partkeeper.telemetry import logs
 from services.watcher import observe

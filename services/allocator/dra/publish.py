@@ -30,7 +30,7 @@ import asyncio
 import logging
 from typing import Any
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.dra import slices
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry.logs import decision

@@ -23,7 +23,7 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.dra import slices
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from services.allocator.dra.kube import KubeError, ResourceApi
