@@ -50,12 +50,8 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
 
 async def enumerate_cards(driver: Driver) -> tuple[Card, ...]:
     """The node's cards; retried while the driver cannot enumerate them (never taken as none)."""
-    attempt = 0
-    while True:
-        try:
-            return tuple(await asyncio.to_thread(driver.cards))
-        except DriverError as exc:
-            attempt += 1
-            wait = backoff.delay(attempt, base=0.5, cap=10.0)
-            log.warning("cannot enumerate the cards (%s); again in %.1fs", exc, wait)
-            await asyncio.sleep(wait)
+    cards = await backoff.retry(
+        "enumerating the cards", lambda: asyncio.to_thread(driver.cards),
+        transient=lambda exc: isinstance(exc, DriverError), schedule=backoff.Schedule(0.5, 10.0),
+    )
+    return tuple(cards)
