@@ -1,6 +1,5 @@
 """The NATS bus: connection, topology, publishing, durable consumers and request/reply."""
 
-from partkeeper import backoff
 from partkeeper.bus.connection import connect
 from partkeeper.bus.consumer import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.publish import publish
