@@ -20,8 +20,9 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from partkeeper import backoff, bus
+from partkeeper import backoff, bus, drivers
 from partkeeper.config import Config, load
+from partkeeper.drivers import Driver
 from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
 from partkeeper.health import HEALTH
@@ -33,6 +34,14 @@ log = logging.getLogger(__name__)
 ServiceBody = Callable[..., Coroutine[Any, Any, None]]  # body(config, nc, *, ready: asyncio.Event)
 START_UP_EXIT = 2
 HEALTHY_SECONDS = 60.0  # a body that ran this long starts again at the first backoff step
+
+
+async def open_driver(config: Config) -> Driver:
+    """The configured driver, opened in a worker thread as every driver call is made
+    (docs/protocol.md): opening loads the vendor library and may walk the cards, which blocks,
+    and a service's event loop keeps its NATS heartbeats and endpoints answering meanwhile.
+    Raises what `drivers.open_driver` raises (a StartupError when the library is missing)."""
+    return await asyncio.to_thread(drivers.open_driver, config)
 
 
 def run(name: str, body: ServiceBody) -> int:

@@ -10,11 +10,11 @@ import logging
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from partkeeper import backoff
+from partkeeper import backoff, runtime
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
-from partkeeper.drivers import Card, Driver, DriverError, open_driver
+from partkeeper.drivers import Card, Driver, DriverError
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator import catalog
 from services.allocator.changes import Changes
@@ -30,7 +30,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
     """The allocator's shared parts, and the claims bucket's KV for the claims watch."""
     driver = options.driver
     if driver is None:
-        driver = await asyncio.to_thread(open_driver, config)
+        driver = await runtime.open_driver(config)
     cards = await enumerate_cards(driver)
     js = nc.jetstream()
     claims = await Bucket.open(js, BUCKET_CLAIMS)
