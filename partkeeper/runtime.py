@@ -129,9 +129,9 @@ async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) 
     """Wait until the streams and buckets exist (`partkeeper provision` creates them; a service
     never does), retrying while JetStream cannot answer yet. Not ready meanwhile, one line per
     look saying what is missing. False if told to stop first."""
-    attempt = 0
+    failures = backoff.Failures(f"{config.node}: the streams and buckets",
+                                backoff.Schedule(0.5, 10.0))
     while not stop.is_set():
-        attempt += 1
         try:
             missing = await bus.missing_topology(nc.jetstream())
         except Exception as exc:
@@ -141,9 +141,7 @@ async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) 
                 return True
             problem = (f"not ready: waiting for `partkeeper provision` to create "
                        f"{', '.join(missing)}")
-        wait = backoff.delay(attempt, base=0.5, cap=10)
-        log.warning("%s; looking again in %.1fs", problem, wait)
-        await woken_or_timeout(stop, wait)
+        await woken_or_timeout(stop, failures.failed(problem, "looking again"))
     return False
 
 

@@ -131,27 +131,20 @@ class ConsumerRunner(Generic[T]):
             await cancel_all([lag])
 
     async def _consume(self, fetch_timeout: float) -> None:
-        failures = 0
+        failures = backoff.Failures(f"consumer {self.durable} on {self.stream}",
+                                    backoff.Schedule(cap=5.0))
         while True:
             honour_cancel()
             try:
                 await self.ensure()
                 sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
             except (TimeoutError, nats.errors.Error) as exc:
-                failures += 1
-                wait = backoff.delay(failures, cap=5.0)
-                log.warning("consumer %s on %s unavailable (%s); binding again in %.1fs",
-                            self.durable, self.stream, _say(exc), wait)
-                await asyncio.sleep(wait)
+                await asyncio.sleep(failures.failed(f"unavailable ({_say(exc)})", "binding again"))
                 continue
             try:
                 await self._fetch_loop(sub, fetch_timeout)
             except (TimeoutError, nats.errors.Error) as exc:
-                failures += 1
-                wait = backoff.delay(failures, cap=5.0)
-                log.warning("consumer %s on %s failed (%s); re-creating it in %.1fs",
-                            self.durable, self.stream, _say(exc), wait)
-                await asyncio.sleep(wait)
+                await asyncio.sleep(failures.failed(f"failed ({_say(exc)})", "re-creating it"))
             finally:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
