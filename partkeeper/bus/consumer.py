@@ -169,17 +169,17 @@ class ConsumerRunner(Generic[T]):
     async def _report_lag(self) -> None:
         gauge = metrics.CONSUMER_LAG.labels(consumer=self.durable)
         depth = metrics.DEAD_LETTER_DEPTH.labels(subject=self.dlq_subject)
-        while True:
+
+        async def report() -> None:
             for what, read, into in (("consumer lag", self.lag, gauge),
                                      ("dead-letter depth", self.dlq_depth, depth)):
                 try:
                     into.set(await read())
-                except asyncio.CancelledError:
-                    raise
                 except Exception as exc:  # a metric must never stop the consumer
                     log.debug("%s of %s unavailable: %s", what, self.durable, _say(exc))
             honour_cancel()
-            await asyncio.sleep(self.lag_every)
+
+        await backoff.every(f"the lag of {self.durable}", self.lag_every, report)
 
     async def dlq_depth(self) -> int:
         """Messages held in PK_DLQ under this consumer's dead-letter subject."""
