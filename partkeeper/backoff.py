@@ -76,6 +76,11 @@ def always(_exc: Exception) -> bool:
     return True
 
 
+def never(_exc: Exception) -> bool:
+    """For a call whose "not yet" is an `Again` and whose every exception is the caller's."""
+    return False
+
+
 @dataclass(slots=True)
 class Failures:
     """The consecutive failures of one loop, and the wait each one earns from `schedule`."""
@@ -83,6 +88,7 @@ class Failures:
     what: str
     schedule: Callable[[int], float] = DEFAULT
     count: int = 0
+    level: int = logging.WARNING  # lower for a retry that is routine (a lost compare-and-set)
 
     def failed(
         self, problem: object, doing: str = "again", *, left: float | None = None,
@@ -96,9 +102,9 @@ class Failures:
         if left is not None:
             wait = min(wait, max(0.0, left))
             doing = f"{doing} ({left:.0f}s left)"
-        log.warning("%s: %s; %s in %.1fs (failure %d)", self.what, _said(problem), doing, wait,
-                    self.count, extra={"retry": self.count},
-                    exc_info=problem if trace and isinstance(problem, BaseException) else None)
+        log.log(self.level, "%s: %s; %s in %.1fs (failure %d)", self.what, _said(problem), doing,
+                wait, self.count, extra={"retry": self.count},
+                exc_info=problem if trace and isinstance(problem, BaseException) else None)
         return wait
 
     def succeeded(self) -> None:
@@ -116,6 +122,7 @@ async def retry(
     attempts: int | None = None,
     deadline: float | None = None,
     doing: str = "again",
+    level: int = logging.WARNING,
     sleep: Sleep = asyncio.sleep,
     clock: Clock | None = None,
 ) -> T:
@@ -124,10 +131,10 @@ async def retry(
     `attempts` bounds the calls, `deadline` (loop time, or `clock`'s) the time: a wait never
     goes past it, and a failure once it has come is the last. With neither, it tries until it
     works or is cancelled. A failure that is not `transient` is raised at once; the last one is
-    raised unchanged (an `Again` as `GaveUp`).
+    raised unchanged (an `Again` as `GaveUp`). `level` is the failures' log level.
     """
     now = clock or asyncio.get_running_loop().time
-    failures = Failures(what, schedule)
+    failures = Failures(what, schedule, level=level)
     while True:
         try:
             result = await call()

@@ -126,7 +126,7 @@ async def find(
     try:
         return await backoff.retry(
             f"finding the Pod an Allocate of {quantity} x {resource} serves", look,
-            schedule=policy.delay, attempts=policy.attempts)
+            schedule=policy.delay, attempts=policy.attempts, level=logging.INFO)
     except backoff.GaveUp as exc:
         seen, attempt = exc.problem, exc.attempts
     if len(found) > 1:
@@ -187,7 +187,7 @@ async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetRep
             lambda: patience.answered(until, f"pods.get {uid}",
                                       lambda: _watcher(ctx).pod(uid, fresh=fresh)),
             transient=lambda exc: isinstance(exc, Unanswered),
-            schedule=policy.delay, attempts=policy.attempts)
+            schedule=policy.delay, attempts=policy.attempts, level=logging.INFO)
     except Unanswered as exc:
         raise LookupFailed(f"the watcher did not say whether Pod {uid} is live ({exc}), after "
                            f"{policy.attempts} attempts") from None

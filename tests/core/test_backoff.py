@@ -265,3 +265,12 @@ def test_the_schedule_is_bounded_and_jittered_below_its_ceiling(attempt: int) ->
     ceiling = min(3.0, 0.5 * 2 ** (attempt - 1))
     for _ in range(50):
         assert ceiling / 2 <= backoff.Schedule(0.5, 3.0)(attempt) <= ceiling
+
+
+async def test_a_routine_retry_logs_at_its_own_level(caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="partkeeper.backoff")
+    clock = Clock()
+    call, _ = failing(backoff.Again("another writer moved the revision on"))
+    await backoff.retry("writing the claims of card 0", call, transient=backoff.never,
+                        level=logging.DEBUG, sleep=clock.sleep, clock=clock)
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
