@@ -20,8 +20,9 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from partkeeper import bus
+from partkeeper import backoff, bus, drivers
 from partkeeper.config import Config, load
+from partkeeper.drivers import Driver
 from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
 from partkeeper.health import HEALTH
@@ -33,6 +34,14 @@ log = logging.getLogger(__name__)
 ServiceBody = Callable[..., Coroutine[Any, Any, None]]  # body(config, nc, *, ready: asyncio.Event)
 START_UP_EXIT = 2
 HEALTHY_SECONDS = 60.0  # a body that ran this long starts again at the first backoff step
+
+
+async def open_driver(config: Config) -> Driver:
+    """The configured driver, opened in a worker thread as every driver call is made
+    (docs/protocol.md): opening loads the vendor library and may walk the cards, which blocks,
+    and a service's event loop keeps its NATS heartbeats and endpoints answering meanwhile.
+    Raises what `drivers.open_driver` raises (a StartupError when the library is missing)."""
+    return await asyncio.to_thread(drivers.open_driver, config)
 
 
 def run(name: str, body: ServiceBody) -> int:
@@ -99,7 +108,7 @@ async def supervise(name: str, body: Callable[[], Awaitable[None]], stop: asynci
         await cancel_all((stopper,))
         problem = _failure(task)
         attempt = 1 if loop.time() - started > HEALTHY_SECONDS else attempt + 1
-        wait = bus.backoff.delay(attempt, base=0.5, cap=15.0)
+        wait = backoff.delay(attempt, base=0.5, cap=15.0)
         log.error("%s: %s; starting it again in %.1fs", name, problem, wait,
                   exc_info=task.exception() if not task.cancelled() else None)
         await woken_or_timeout(stop, wait)
@@ -120,9 +129,9 @@ async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) 
     """Wait until the streams and buckets exist (`partkeeper provision` creates them; a service
     never does), retrying while JetStream cannot answer yet. Not ready meanwhile, one line per
     look saying what is missing. False if told to stop first."""
-    attempt = 0
+    failures = backoff.Failures(f"{config.node}: the streams and buckets",
+                                backoff.Schedule(0.5, 10.0))
     while not stop.is_set():
-        attempt += 1
         try:
             missing = await bus.missing_topology(nc.jetstream())
         except Exception as exc:
@@ -132,9 +141,7 @@ async def topology_until_ready(nc: Client, config: Config, stop: asyncio.Event) 
                 return True
             problem = (f"not ready: waiting for `partkeeper provision` to create "
                        f"{', '.join(missing)}")
-        wait = bus.backoff.delay(attempt, base=0.5, cap=10)
-        log.warning("%s; looking again in %.1fs", problem, wait)
-        await woken_or_timeout(stop, wait)
+        await woken_or_timeout(stop, failures.failed(problem, "looking again"))
     return False
 
 

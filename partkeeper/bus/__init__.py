@@ -1,6 +1,5 @@
 """The NATS bus: connection, topology, publishing, durable consumers and request/reply."""
 
-from partkeeper.bus import backoff
 from partkeeper.bus.connection import connect
 from partkeeper.bus.consumer import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.publish import publish
@@ -15,7 +14,6 @@ __all__ = [
     "RemoteError",
     "Retry",
     "Unanswered",
-    "backoff",
     "connect",
     "ensure_topology",
     "missing_topology",

@@ -31,7 +31,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from opentelemetry import trace
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.lifecycle import cancel_all, honour_cancel
 from partkeeper.telemetry import metrics, tracing
 from schemas import SchemaError
@@ -131,27 +131,20 @@ class ConsumerRunner(Generic[T]):
             await cancel_all([lag])
 
     async def _consume(self, fetch_timeout: float) -> None:
-        failures = 0
+        failures = backoff.Failures(f"consumer {self.durable} on {self.stream}",
+                                    backoff.Schedule(cap=5.0))
         while True:
             honour_cancel()
             try:
                 await self.ensure()
                 sub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
             except (TimeoutError, nats.errors.Error) as exc:
-                failures += 1
-                wait = backoff.delay(failures, cap=5.0)
-                log.warning("consumer %s on %s unavailable (%s); binding again in %.1fs",
-                            self.durable, self.stream, _say(exc), wait)
-                await asyncio.sleep(wait)
+                await asyncio.sleep(failures.failed(f"unavailable ({_say(exc)})", "binding again"))
                 continue
             try:
                 await self._fetch_loop(sub, fetch_timeout)
             except (TimeoutError, nats.errors.Error) as exc:
-                failures += 1
-                wait = backoff.delay(failures, cap=5.0)
-                log.warning("consumer %s on %s failed (%s); re-creating it in %.1fs",
-                            self.durable, self.stream, _say(exc), wait)
-                await asyncio.sleep(wait)
+                await asyncio.sleep(failures.failed(f"failed ({_say(exc)})", "re-creating it"))
             finally:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
@@ -176,17 +169,17 @@ class ConsumerRunner(Generic[T]):
     async def _report_lag(self) -> None:
         gauge = metrics.CONSUMER_LAG.labels(consumer=self.durable)
         depth = metrics.DEAD_LETTER_DEPTH.labels(subject=self.dlq_subject)
-        while True:
+
+        async def report() -> None:
             for what, read, into in (("consumer lag", self.lag, gauge),
                                      ("dead-letter depth", self.dlq_depth, depth)):
                 try:
                     into.set(await read())
-                except asyncio.CancelledError:
-                    raise
                 except Exception as exc:  # a metric must never stop the consumer
                     log.debug("%s of %s unavailable: %s", what, self.durable, _say(exc))
             honour_cancel()
-            await asyncio.sleep(self.lag_every)
+
+        await backoff.every(f"the lag of {self.durable}", self.lag_every, report)
 
     async def dlq_depth(self) -> int:
         """Messages held in PK_DLQ under this consumer's dead-letter subject."""

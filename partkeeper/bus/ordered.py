@@ -47,7 +47,7 @@ from nats.aio.subscription import Subscription
 from nats.js import api
 from nats.nuid import NUID
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import nats.errors
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.config import Config
 from schemas import names
 
@@ -119,23 +119,18 @@ async def provision(config: Config, *, deadline: float) -> list[str]:
     except (TimeoutError, OSError, nats.errors.Error) as exc:
         raise ProvisionError(f"no NATS server at {','.join(config.nats_urls)} accepted the "
                              f"connection: {exc or type(exc).__name__}") from exc
-    attempt = 0
     try:
-        while True:
-            attempt += 1
-            try:
-                await ensure_topology(nc.jetstream(), replicas=config.stream_replicas)
-                return list(REQUIRED)
-            except Exception as exc:
-                wait = backoff.delay(attempt, base=0.5, cap=5.0)
-                if loop.time() + wait > deadline:
-                    raise ProvisionError(f"creating the streams and buckets failed: "
-                                         f"{exc or type(exc).__name__}") from exc
-                log.warning("provisioning: %s; trying again in %.1fs",
-                            exc or type(exc).__name__, wait)
-                await asyncio.sleep(wait)
+        await backoff.retry(
+            "provisioning",
+            lambda: ensure_topology(nc.jetstream(), replicas=config.stream_replicas),
+            schedule=backoff.Schedule(0.5, 5.0), deadline=deadline,
+        )
+    except Exception as exc:
+        raise ProvisionError(f"creating the streams and buckets failed: "
+                             f"{exc or type(exc).__name__}") from exc
     finally:
         await nc.close()
+    return list(REQUIRED)
 
 
 class ProvisionError(Exception):

@@ -12,7 +12,6 @@ left there.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -20,8 +19,7 @@ from collections.abc import Callable, Mapping
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
-from partkeeper import faults
-from partkeeper.bus import backoff
+from partkeeper import backoff, faults
 from partkeeper.bus.kv import Bucket, entries
 from partkeeper.bus.publish import publish
 from partkeeper.claims import machine, outbox
@@ -29,6 +27,7 @@ from schemas import CardClaims, SchemaError, decode, encode
 from schemas.names import claims_key, claims_prefix, decode_token, parts_subject
 
 log = logging.getLogger(__name__)
+CONFLICT_SCHEDULE = backoff.Schedule(base=0.002, cap=0.05)  # after a lost compare-and-set
 PUBLISH_SECONDS = 2.0  # an audit publish that takes longer is left in the outbox for later
 
 Mutation = Callable[[CardClaims], CardClaims]
@@ -110,17 +109,26 @@ class ClaimsStore:
                 done = await self._put(card, key, doc, revision, new, reasons)
                 if done is not None:
                     return done
-        for attempt in range(1, self.max_conflicts + 1):
+
+        async def fresh() -> tuple[CardClaims, int] | backoff.Again:
             doc, revision = await self.read(card)
             new = mutate(doc)
             if new is doc:
                 return doc, revision
             done = await self._put(card, key, doc, revision, new, reasons)
-            if done is not None:
-                return done
-            self.conflicts += 1
-            await asyncio.sleep(backoff.delay(attempt, base=0.002, cap=0.05))
-        raise ConflictExhausted(f"claims of card {card}: {self.max_conflicts} conflicts in a row")
+            if done is None:
+                self.conflicts += 1
+                return backoff.Again("another writer moved the revision on")
+            return done
+
+        try:
+            return await backoff.retry(
+                f"writing the claims of card {card}", fresh, transient=backoff.never,
+                schedule=CONFLICT_SCHEDULE, attempts=self.max_conflicts, doing="read again",
+                level=logging.DEBUG)
+        except backoff.GaveUp:
+            raise ConflictExhausted(
+                f"claims of card {card}: {self.max_conflicts} conflicts in a row") from None
 
     async def _put(
         self, card: int, key: str, doc: CardClaims, revision: int, new: CardClaims,

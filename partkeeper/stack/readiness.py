@@ -20,7 +20,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
 
 

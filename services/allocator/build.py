@@ -10,11 +10,11 @@ import logging
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from partkeeper.bus import backoff
+from partkeeper import backoff, runtime
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
-from partkeeper.drivers import Card, Driver, DriverError, open_driver
+from partkeeper.drivers import Card, Driver, DriverError
 from schemas.names import BUCKET_CLAIMS
 from services.allocator import catalog
 from services.allocator.changes import Changes
@@ -30,7 +30,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
     """The allocator's shared parts, and the claims bucket's KV for the claims watch."""
     driver = options.driver
     if driver is None:
-        driver = await asyncio.to_thread(open_driver, config)
+        driver = await runtime.open_driver(config)
     cards = await enumerate_cards(driver)
     js = nc.jetstream()
     claims = await Bucket.open(js, BUCKET_CLAIMS)
@@ -50,12 +50,8 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
 
 async def enumerate_cards(driver: Driver) -> tuple[Card, ...]:
     """The node's cards; retried while the driver cannot enumerate them (never taken as none)."""
-    attempt = 0
-    while True:
-        try:
-            return tuple(await asyncio.to_thread(driver.cards))
-        except DriverError as exc:
-            attempt += 1
-            wait = backoff.delay(attempt, base=0.5, cap=10.0)
-            log.warning("cannot enumerate the cards (%s); again in %.1fs", exc, wait)
-            await asyncio.sleep(wait)
+    cards = await backoff.retry(
+        "enumerating the cards", lambda: asyncio.to_thread(driver.cards),
+        transient=lambda exc: isinstance(exc, DriverError), schedule=backoff.Schedule(0.5, 10.0),
+    )
+    return tuple(cards)

@@ -9,14 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
 from partkeeper import limiter
-from partkeeper.claims import ClaimsStore
-from partkeeper.config import Config
-from partkeeper.drivers import Card, Driver
+from partkeeper.drivers import Card
 from partkeeper.limiter import NONE, LimiterState
+from partkeeper.nodeparts import NodeParts
 from services.allocator.catalog import Offer
 from services.allocator.changes import Changes
 from services.allocator.options import Options
@@ -28,12 +24,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Context:
-    config: Config
-    nc: Client
-    js: JetStreamContext
-    store: ClaimsStore
-    driver: Driver
+class Context(NodeParts):
     cards: tuple[Card, ...]
     offers: dict[str, Offer]
     pods: PodView
@@ -51,10 +42,6 @@ class Context:
     # Allocates in flight; the recompute defers (briefly) to them, see recompute.DEFER.
     allocating: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def node(self) -> str:
-        return self.config.node
 
     def find_limiter(self) -> None:
         """Who enforces this node's slices (blocking: a few stats). A configured limiter whose

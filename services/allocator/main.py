@@ -16,17 +16,14 @@ from nats.js.kv import KeyValue
 
 from partkeeper import runtime
 from partkeeper.config import Config
-from partkeeper.errors import StartupError
 from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
-from schemas.names import BUCKET_CAPACITY
-from services.allocator import build, claims_service
+from services.allocator import build, startup
 from services.allocator.allocate import Allocator
 from services.allocator.context import Context
 from services.allocator.dra import main as dra_main
 from services.allocator.options import Options
 from services.allocator.plugin import Board
-from services.allocator.recompute import Recompute, watch_claims
 from services.allocator.registration import PluginServer, Registrar
 from services.allocator.removals import Removals
 
@@ -38,9 +35,9 @@ class Parts:
     ctx: Context
     claims_kv: KeyValue
     allocator: Allocator
+    boards: dict[str, Board]
     servers: list[PluginServer]
     registrar: Registrar
-    recompute: Recompute
 
 
 async def serve(
@@ -54,12 +51,11 @@ async def serve(
     correct health) and registration with kubelet has started."""
     options = room_waited(config, options or Options())
     if config.mode == "dra":
-        await dra_main.serve(config, nc, ready=ready, options=options)
+        await dra_main.serve(config, nc, options, ready)
         return
     parts = await _build(config, nc, options)
     await asyncio.to_thread(parts.ctx.find_limiter)  # may refuse the start: before anything serves
     async with Lifecycle("allocator") as life:
-        life.on_stop("the pod-resources client", parts.ctx.podres.close)
         await _start(parts, life)
         log.info("allocator ready on node %s: %s", config.node, ", ".join(parts.ctx.offers))
         if ready is not None:
@@ -82,45 +78,26 @@ async def _build(config: Config, nc: Client, options: Options) -> Parts:
     servers = [PluginServer(config.kubelet_dir, offer, boards[resource], allocator)
                for resource, offer in ctx.offers.items()]
     return Parts(
-        ctx=ctx, claims_kv=claims_kv, allocator=allocator, servers=servers,
+        ctx=ctx, claims_kv=claims_kv, allocator=allocator, boards=boards, servers=servers,
         registrar=Registrar(config.kubelet_dir, servers, options.kubelet_poll_seconds),
-        recompute=Recompute(ctx, boards, await ctx.js.key_value(BUCKET_CAPACITY)),
     )
 
 
 async def _start(parts: Parts, life: Lifecycle) -> None:
-    ctx = parts.ctx
-    loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    life.spawn("pod view", ctx.pods.run(loaded))
-    life.spawn("claims watch", watch_claims(ctx, parts.claims_kv, claims_seen))
-    await life.until(loaded)
-    await life.until(claims_seen)
-    service = await claims_service.start(ctx.nc, ctx.node, ctx.store, [c.index for c in ctx.cards])
-    life.on_stop("the claims.query service", service.stop)
-    life.spawn("recompute", parts.recompute.run(computed))
-    ctx.changes.touch()
-    await life.until(computed)
-    life.spawn("removals", Removals(ctx, parts.recompute).run())
+    recompute = await startup.start(parts.ctx, parts.claims_kv, life, parts.boards)
+    life.spawn("removals", Removals(parts.ctx, recompute).run())
     # Stopped after the tasks, in this order: the Allocate calls in flight first (the servers'
     # handlers wait on them), then registration and the plugin servers.
     life.on_stop("registration and the plugin servers", parts.registrar.stop)
     life.on_stop("the Allocate calls", parts.allocator.close)
     for server in parts.servers:
-        await _serve_first(server)
+        try:
+            await server.start()
+        except (OSError, RuntimeError) as exc:
+            raise startup.unservable(
+                f"{server.offer.resource} on {server.path}", exc,
+                "PK_KUBELET_DIR must be the kubelet's device-plugins directory") from exc
     life.spawn("registration", parts.registrar.run())
-    life.spawn("hardware poll", parts.recompute.poll_hardware())
-
-
-async def _serve_first(server: PluginServer) -> None:
-    """Serve a plugin socket at start; a directory we cannot bind in is a deployment error."""
-    try:
-        await server.start()
-    except (OSError, RuntimeError) as exc:
-        raise StartupError(
-            f"cannot serve {server.offer.resource} on {server.path}: {exc}. PK_KUBELET_DIR must "
-            "be the kubelet's device-plugins directory, mounted read-write into a container "
-            "running as root"
-        ) from exc
 
 
 def main() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.drivers import Driver
 from partkeeper.limiter import LOCK_DIR
 

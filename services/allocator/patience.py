@@ -25,7 +25,8 @@ from typing import TypeVar
 import nats.errors
 import nats.js.errors
 
-from partkeeper.bus import RemoteError, Unanswered, backoff
+from partkeeper import backoff
+from partkeeper.bus import RemoteError, Unanswered
 from partkeeper.bus.rpc import BAD_REQUEST
 from services.allocator.context import Context
 
@@ -73,17 +74,7 @@ async def _again(
     until: float, what: str, trouble: str, transient: Callable[[BaseException], bool],
     call: Callable[[], Awaitable[T]],
 ) -> T:
-    loop = asyncio.get_running_loop()
-    attempt = 0
-    while True:
-        try:
-            return await call()
-        except Exception as exc:
-            attempt += 1
-            left = until - loop.time()
-            if not transient(exc) or left <= 0:
-                raise
-            wait = min(left, backoff.delay(attempt, base=0.1, cap=2.0))
-            log.warning("%s: %s (%s); again in %.1fs, %.0fs left before the Allocate is "
-                        "refused", what, trouble, exc, wait, left)
-            await asyncio.sleep(wait)
+    return await backoff.retry(
+        f"{what}: {trouble}", call, transient=transient, schedule=backoff.Schedule(0.1, 2.0),
+        deadline=until, doing="asked again before the Allocate is refused",
+    )

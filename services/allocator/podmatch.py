@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence, Set
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import TypeVar
 
+from partkeeper import backoff
 from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import WatcherClient
 from partkeeper.podstate import being_admitted
@@ -23,7 +24,6 @@ from schemas import PodRecord, PodsGetReply
 from schemas.pods import InvalidPodUID, validate_pod_uid
 from services.allocator import patience
 from services.allocator.context import Context
-from services.allocator.options import LookupPolicy
 from services.allocator.podresources import KubeletView
 
 log = logging.getLogger(__name__)
@@ -87,19 +87,6 @@ def first_per_pod(found: Sequence[Target]) -> list[Target]:
     return list(first.values())
 
 
-async def retrying(
-    policy: LookupPolicy, what: str, attempt_once: Callable[[int], Awaitable[T | None]]
-) -> T:
-    """Call `attempt_once(n)` until it returns a value, at most `policy.attempts` times."""
-    for attempt in range(1, policy.attempts + 1):
-        result = await attempt_once(attempt)
-        if result is not None:
-            return result
-        if attempt < policy.attempts:
-            await asyncio.sleep(policy.delay(attempt))
-    raise LookupFailed(f"{what}, after {policy.attempts} attempts")
-
-
 def survivors(
     pods: Sequence[PodRecord],
     resource: str,
@@ -122,21 +109,26 @@ async def find(
     narrowing and fresh confirmation, waits up to `choose_wait_seconds` for them to narrow to
     one, then refuses rather than guesses.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ctx.options.choose_wait_seconds
+    choose_until = asyncio.get_running_loop().time() + ctx.options.choose_wait_seconds
     policy = ctx.options.lookup
     until = patience.deadline(ctx)
-    attempt = 0
-    while True:
-        attempt += 1
-        found, seen = await _look(ctx, resource, quantity, claimed, fresh=attempt > 1,
-                                  until=until)
+    looks = 0
+    found: list[Target] = []
+
+    async def look() -> Target | backoff.Again:
+        nonlocal looks, found
+        looks += 1
+        found, seen = await _look(ctx, resource, quantity, claimed, fresh=looks > 1, until=until)
         if len(found) == 1:
             return found[0]
-        waiting = len(found) > 1 and loop.time() < deadline
-        if attempt >= policy.attempts and not waiting:
-            break
-        await asyncio.sleep(policy.delay(attempt))
+        return backoff.Again(seen, until=choose_until if found else None)
+
+    try:
+        return await backoff.retry(
+            f"finding the Pod an Allocate of {quantity} x {resource} serves", look,
+            schedule=policy.delay, attempts=policy.attempts, level=logging.INFO)
+    except backoff.GaveUp as exc:
+        seen, attempt = exc.problem, exc.attempts
     if len(found) > 1:
         names = " and ".join(f"{t.namespace}/{t.name}" for t in found)
         raise LookupFailed(
@@ -187,22 +179,18 @@ async def confirm(ctx: Context, found: Sequence[Target]) -> list[Target]:
 
 async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetReply:
     """The watcher's answer about one Pod (fresh: confirmed with the API server)."""
-    problem: list[str] = []
     until = patience.deadline(ctx)
-
-    async def once(_attempt: int) -> PodsGetReply | None:
-        try:
-            return await patience.answered(until, f"pods.get {uid}",
-                                           lambda: _watcher(ctx).pod(uid, fresh=fresh))
-        except Unanswered as exc:
-            problem[:] = [str(exc)]
-            return None
-
+    policy = ctx.options.lookup
     try:
-        return await retrying(ctx.options.lookup, "", once)
-    except LookupFailed as exc:
-        raise LookupFailed(f"the watcher did not say whether Pod {uid} is live "
-                           f"({'; '.join(problem)}){exc}") from None
+        return await backoff.retry(
+            f"asking the watcher about Pod {uid}",
+            lambda: patience.answered(until, f"pods.get {uid}",
+                                      lambda: _watcher(ctx).pod(uid, fresh=fresh)),
+            transient=lambda exc: isinstance(exc, Unanswered),
+            schedule=policy.delay, attempts=policy.attempts, level=logging.INFO)
+    except Unanswered as exc:
+        raise LookupFailed(f"the watcher did not say whether Pod {uid} is live ({exc}), after "
+                           f"{policy.attempts} attempts") from None
 
 
 def _watcher(ctx: Context) -> WatcherClient:

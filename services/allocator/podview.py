@@ -21,7 +21,8 @@ from collections.abc import Callable
 from nats.aio.client import Client
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from partkeeper.bus import backoff, kv
+from partkeeper import backoff
+from partkeeper.bus import kv
 from partkeeper.podstate import is_dead
 from schemas import PodRecord, SchemaError, decode
 from schemas.names import BUCKET_PODS, decode_token, encode_token

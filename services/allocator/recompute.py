@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import msgspec
 from nats.js.kv import KeyValue
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.bus import kv as bus_kv
 from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout

@@ -8,7 +8,6 @@ re-registration delay; any change, or a missing plugin socket, re-serves and re-
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import stat
@@ -17,7 +16,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.kubelet import (
     API_VERSION,
     KUBELET_SOCKET,
@@ -124,35 +123,38 @@ class Registrar:
         self.registered = False  # every plugin registered with the kubelet now at kubelet.sock
 
     async def run(self) -> None:
+        """Every `poll_seconds`, register again with a kubelet that is new (its socket's
+        identity changed) or whose plugin sockets went away; a failure retries with backoff."""
         registered_with: Identity | None = None
-        attempt = 0
-        while True:
+
+        async def check() -> backoff.Again | None:
+            nonlocal registered_with
             current = identity(self.kubelet_socket)
             stale = any(not s.intact() for s in self.servers)
             self.registered = current is not None and current == registered_with and not stale
-            if current is not None and (current != registered_with or stale):
-                if await self._register_all():
-                    self.registered = True
-                    registered_with, attempt = current, 0
-                else:
-                    attempt += 1
-                    await asyncio.sleep(backoff.delay(attempt, base=0.2, cap=5.0))
-                    continue
-            await asyncio.sleep(self.poll_seconds)
+            if current is None or (current == registered_with and not stale):
+                return None
+            problem = await self._register_all()
+            if problem is not None:
+                return backoff.Again(problem)
+            self.registered, registered_with = True, current
+            return None
 
-    async def _register_all(self) -> bool:
+        await backoff.every(f"registering with kubelet at {self.kubelet_socket}",
+                            self.poll_seconds, check, schedule=backoff.Schedule(0.2, 5.0))
+
+    async def _register_all(self) -> str | None:
+        """Serve and register every plugin; what failed, or None when all are registered."""
         for server in self.servers:
             try:
                 await server.ensure_serving()
                 await register(self.kubelet_socket, server)
             except (grpc.aio.AioRpcError, OSError) as exc:
-                log.warning("registering %s with kubelet at %s failed: %s; retrying",
-                            server.offer.resource, self.kubelet_socket, exc)
-                return False
+                return f"registering {server.offer.resource} failed: {exc}"
             self.registrations += 1
             log.info("registered %s with kubelet (endpoint %s)", server.offer.resource,
                      server.endpoint)
-        return True
+        return None
 
     async def stop(self) -> None:
         for server in self.servers:

@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.bus.ordered import OrderedWatch
 from partkeeper.telemetry import tracing
 from schemas import ClaimChanged, PartitionEvent, SchemaError, decode

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -15,6 +16,7 @@ from schemas import ClaimsReply, PodsGetReply
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 TIMEOUT_SECONDS = 2.0
 # UIDs per pods.states request: 500 answers without their Pod records are about 100 KB, well
 # under NATS's default max payload of 1 MB (schemas.rpc.PODS_STATES_MAX allows up to 1000).
@@ -41,11 +43,8 @@ async def pod_state(nc: Client, node: str, uid: str, asked: Asked) -> PodsGetRep
     # Not `fresh`: the watcher's view is the truth and keeps tombstones of gone Pods; a fresh
     # read per directory would put a sweep's worth of GETs on the API server.
     asked.pods_get += 1
-    try:
-        return await WatcherClient(nc, node, TIMEOUT_SECONDS).pod(uid)
-    except Unanswered as exc:
-        log.info("pods.get for Pod %s unanswered (%s); nothing of it is deleted now", uid, exc)
-        return None
+    return await _answer(f"pods.get for Pod {uid}",
+                         WatcherClient(nc, node, TIMEOUT_SECONDS).pod(uid))
 
 
 async def pod_states(
@@ -80,8 +79,14 @@ async def pod_states(
 async def pod_claims(nc: Client, node: str, uid: str, asked: Asked) -> ClaimsReply | None:
     """The allocator's claims of `uid`; None when it did not answer usably."""
     asked.claims_query += 1
+    return await _answer(f"claims.query for Pod {uid}",
+                         ClaimsClient(nc, node, TIMEOUT_SECONDS).of_pod(uid))
+
+
+async def _answer(what: str, asking: Awaitable[T]) -> T | None:
+    """The answer, or None (logged) when the peer gave no usable one: nothing is deleted then."""
     try:
-        return await ClaimsClient(nc, node, TIMEOUT_SECONDS).of_pod(uid)
+        return await asking
     except Unanswered as exc:
-        log.info("claims.query for Pod %s unanswered (%s); nothing of it is deleted now", uid, exc)
+        log.info("%s unanswered (%s); nothing of it is deleted now", what, exc)
         return None

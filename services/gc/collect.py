@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from partkeeper import faults, workdir
-from partkeeper.bus import backoff, publish
+from partkeeper import backoff, faults, workdir
+from partkeeper.bus import publish
 from partkeeper.config import Config
 from partkeeper.telemetry import logs, metrics
 from schemas import PodsGetReply, WorkdirCollected, validate_pod_uid
@@ -163,20 +163,19 @@ class Collector:
         # The id names the fact (these paths of this Pod were removed), so a retry is de-duplicated.
         digest = hashlib.sha256("\n".join(sorted(removed)).encode()).hexdigest()[:16]
         msg_id = f"WorkdirCollected/{uid}/{digest}"
-        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
-            try:
-                await publish(self.js, parts_subject(self.node, None), event, msg_id=msg_id)
-            except Exception as exc:
-                if attempt == PUBLISH_ATTEMPTS:
-                    # The deletion already happened and cannot be redone to re-announce it.
-                    log.error("WorkdirCollected for Pod %s not published after %d attempts (%s); "
-                              "the deletion stands, only its audit record is missing",
-                              uid, attempt, exc)
-                    return
-                await asyncio.sleep(backoff.delay(attempt))
-            else:
-                metrics.GC_COLLECTED.inc()
-                return
+        try:
+            await backoff.retry(
+                f"publishing WorkdirCollected for Pod {uid}",
+                lambda: publish(self.js, parts_subject(self.node, None), event, msg_id=msg_id),
+                attempts=PUBLISH_ATTEMPTS,
+            )
+        except Exception as exc:
+            # The deletion already happened and cannot be redone to re-announce it.
+            log.error("WorkdirCollected for Pod %s not published after %d attempts (%s); "
+                      "the deletion stands, only its audit record is missing",
+                      uid, PUBLISH_ATTEMPTS, exc)
+            return
+        metrics.GC_COLLECTED.inc()
 
     @contextlib.asynccontextmanager
     async def _exclusive(self, uid: str) -> AsyncIterator[None]:

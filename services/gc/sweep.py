@@ -15,8 +15,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from partkeeper import workdir
-from partkeeper.bus import backoff
+from partkeeper import backoff, workdir
 from partkeeper.lifecycle import honour_cancel
 from partkeeper.telemetry import logs, metrics
 from schemas import PodsGetReply
@@ -104,22 +103,16 @@ async def _ask_states(
 
 
 async def run(collector: Collector, period: float) -> None:
-    """Sweep every `period` seconds until cancelled; a failed sweep is retried with backoff."""
-    failures = 0
-    while True:
+    """Sweep every `period` seconds until cancelled; a failed sweep deleted nothing more, the
+    next one (after backoff, never sooner than the period) tries again."""
+
+    async def sweep() -> None:
         honour_cancel()
-        try:
-            stats = await sweep_once(collector)
-        except Exception as exc:  # a failed sweep deleted nothing more; the next one retries
-            failures += 1
-            wait = max(period, backoff.delay(failures, base=period))
-            log.warning("gc sweep of %s failed (%s: %s); next sweep in %.1fs",
-                        collector.root, type(exc).__name__, exc, wait, exc_info=True)
-            await asyncio.sleep(wait)
-            continue
-        failures = 0
+        stats = await sweep_once(collector)
         if stats.candidates:
             logs.decision(log, "gc sweep done", directories=stats.directories,
                           candidates=stats.candidates, skipped=stats.skipped,
                           **{f"n_{k}": v for k, v in stats.verdicts.items()})
-        await asyncio.sleep(period)
+
+    await backoff.every(f"gc sweep of {collector.root}", period, sweep,
+                        schedule=lambda failures: max(period, backoff.delay(failures, base=period)))

@@ -11,12 +11,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
-from partkeeper.claims import ClaimsStore
-from partkeeper.config import Config
-from partkeeper.drivers.base import Driver, DriverError, Instance
+from partkeeper.drivers.base import DriverError, Instance
+from partkeeper.nodeparts import NodeParts
 from schemas import CardClaims, Claim
 from services.reclaimer.audit import Audit
 from services.reclaimer.tuning import Tuning
@@ -25,20 +21,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Context:
-    config: Config
-    nc: Client
-    js: JetStreamContext
-    store: ClaimsStore
-    driver: Driver
+class Context(NodeParts):
     audit: Audit
     tuning: Tuning
     _locks: dict[int, asyncio.Lock] = field(default_factory=dict)
     _cards: list[int] | None = None
-
-    @property
-    def node(self) -> str:
-        return self.config.node
 
     def card_lock(self, card: int) -> asyncio.Lock:
         return self._locks.setdefault(card, asyncio.Lock())

@@ -18,7 +18,6 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
-from partkeeper.drivers import open_driver
 from partkeeper.lifecycle import Lifecycle
 from schemas import PodEvent, ReclaimNow, decode
 from schemas.names import (
@@ -52,7 +51,8 @@ async def serve(
     """Run the reclaimer on `nc` until cancelled; `ready` is set once its endpoint answers."""
     js = nc.jetstream()
     store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), config.node, announce=True)
-    ctx = Context(config, nc, js, store, open_driver(config), Audit(js, config.node, store), tuning)
+    driver = await runtime.open_driver(config)
+    ctx = Context(config, nc, js, store, driver, Audit(js, config.node, store), tuning)
     jobs = Jobs(ctx)
     consumer = ConsumerRunner(
         js,

@@ -17,9 +17,9 @@ import logging
 import time
 from dataclasses import dataclass
 
+from partkeeper import backoff
 from partkeeper.claims import StoreReadError, inventory, machine
 from partkeeper.drivers.base import DriverError, Instance, NotFoundError
-from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims
@@ -54,16 +54,18 @@ class Reconciler:
         self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.pass_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.skipped += 1
-                log.exception("reconcile pass failed; the next one starts from fresh reads")
-            await woken_or_timeout(self._wake, self.ctx.config.resync_seconds)
-            self._wake.clear()
+        """A pass every `resync_seconds`, or sooner when woken; a failed pass is logged and the
+        next one, a period later, starts from fresh reads."""
+        period = self.ctx.config.resync_seconds
+        await backoff.every("reconcile pass", period, self._pass, wakeup=self._wake,
+                            schedule=lambda _failures: period)
+
+    async def _pass(self) -> None:
+        try:
+            await self.pass_once()
+        except Exception:
+            self.skipped += 1
+            raise
 
     async def pass_once(self) -> bool:
         """One pass; False when it was skipped because something could not be read."""

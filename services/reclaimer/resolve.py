@@ -13,8 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from partkeeper import faults
-from partkeeper.bus import backoff
+from partkeeper import backoff, faults
 from partkeeper.claims import StoreReadError, TransitionError, machine
 from partkeeper.claims.store import ConflictExhausted
 from partkeeper.drivers.base import (

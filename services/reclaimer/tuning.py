@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.podstate import CREATE_TIMEOUT
 from schemas.names import ConsumerSpec
 

@@ -12,7 +12,7 @@ import logging
 from nats.aio.client import Client
 
 import partkeeper
-from partkeeper import bus, runtime
+from partkeeper import backoff, bus, runtime
 from partkeeper.config import Config
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_PODS, SERVICE_WATCHER
@@ -66,31 +66,28 @@ async def serve(
 
 async def _load(view: PodView, tuning: Tuning) -> None:
     """Load the persisted view; without it the watcher would re-announce or forget, so it waits."""
-    attempt = 0
-    while True:
-        try:
-            count = await view.load()
-        except ViewError as exc:
-            attempt += 1
-            wait = bus.backoff.delay(attempt, base=tuning.retry_base, cap=tuning.retry_cap)
-            log.warning("%s; retry %d in %.1fs", exc, attempt, wait)
-            await asyncio.sleep(wait)
-        else:
-            log.info("loaded %d Pod records from %s", count, BUCKET_PODS)
-            return
+    count = await backoff.retry(
+        f"loading the Pod records of {BUCKET_PODS}", view.load,
+        transient=_view_error,
+        schedule=backoff.Schedule(tuning.retry_base, tuning.retry_cap),
+    )
+    log.info("loaded %d Pod records from %s", count, BUCKET_PODS)
 
 
 async def _prune(view: PodView, tuning: Tuning) -> None:
-    """Forget tombstones older than the TTL, now and then periodically."""
-    while True:
-        try:
-            removed = await view.prune(tuning.tombstone_ttl)
-        except ViewError as exc:
-            log.warning("%s; will try again at the next pass", exc)
-        else:
-            if removed:
-                log.info("pruned %d tombstones older than %.0fs", removed, tuning.tombstone_ttl)
-        await asyncio.sleep(tuning.prune_interval)
+    """Forget tombstones older than the TTL, now and then periodically (a failure: next pass)."""
+
+    async def prune() -> None:
+        removed = await view.prune(tuning.tombstone_ttl)
+        if removed:
+            log.info("pruned %d tombstones older than %.0fs", removed, tuning.tombstone_ttl)
+
+    await backoff.every("pruning tombstones", tuning.prune_interval, prune,
+                        transient=_view_error, schedule=lambda _failures: tuning.prune_interval)
+
+
+def _view_error(exc: Exception) -> bool:
+    return isinstance(exc, ViewError)
 
 
 def main() -> int:

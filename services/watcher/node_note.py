@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.limiter import NONE
 from services.watcher.kube import Kube
 
@@ -41,25 +41,25 @@ def note(limiter: str) -> dict[str, Any]:
 
 
 async def keep(kube: Kube, limiter: str, period: float = 600.0) -> None:
-    """Write the note now and every `period` seconds, until cancelled."""
+    """Write the note now and every `period` seconds, until cancelled; a failure never stops the
+    watcher (the note is advice), it is tried again with backoff."""
     body = note(limiter)
-    attempt = 0
     written = False
-    while True:
+
+    async def write() -> backoff.Again | None:
+        nonlocal written
         try:
             await asyncio.to_thread(kube.api.patch_node, kube.node, body,
                                     _content_type=MERGE_PATCH,
                                     _request_timeout=kube.request_timeout)
-        except Exception as exc:  # the note is advice: a failure never stops the watcher
-            attempt += 1
-            wait = backoff.delay(attempt, base=1.0, cap=period)
+        except Exception as exc:
             why = "no RBAC permission to patch nodes" if isinstance(exc, ApiException) \
                 and exc.status == 403 else repr(exc)
-            log.warning("cannot label Node %s with the slice enforcement (%s); again in %.0fs",
-                        kube.node, why, wait)
-            await asyncio.sleep(wait)
-            continue
+            return backoff.Again(why)
         if not written:
             log.info("Node %s labelled %s=%s", kube.node, LABEL, body["metadata"]["labels"][LABEL])
-        attempt, written = 0, True
-        await asyncio.sleep(period)
+        written = True
+        return None
+
+    await backoff.every(f"labelling Node {kube.node} with the slice enforcement", period, write,
+                        schedule=backoff.Schedule(base=1.0, cap=period))

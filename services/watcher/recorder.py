@@ -21,7 +21,8 @@ from collections.abc import Callable
 from nats.js import JetStreamContext
 from opentelemetry.trace import Status, StatusCode
 
-from partkeeper.bus import ConsumerRunner, Permanent, Retry, backoff
+from partkeeper import backoff
+from partkeeper.bus import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.consumer import Delivery
 from partkeeper.telemetry import logs, metrics, tracing
 from schemas import PartitionEvent, decode

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from partkeeper.telemetry import logs
 from services.watcher import observe
@@ -37,7 +37,9 @@ class Sync:
         self.view = view
         self.resources = resources
         self.tuning = tuning
-        self.failures = 0  # consecutive failed attempts, for the backoff
+        # Consecutive failed attempts, for the backoff; a watch item that arrives resets them.
+        self.failures = backoff.Failures("keeping the Pod view in step with the API server",
+                                         backoff.Schedule(tuning.retry_base, tuning.retry_cap))
         self.listwatch: ListWatch[Listing] = ListWatch(
             self._list, kube.watch_call, timeout_seconds=tuning.watch_timeout_seconds,
             request_timeout=(kube.request_timeout[0], tuning.request_timeout[1]),
@@ -87,11 +89,7 @@ class Sync:
         self.listwatch.stop()
 
     async def _back_off(self, why: str) -> None:
-        self.failures += 1
-        wait = backoff.delay(self.failures, base=self.tuning.retry_base, cap=self.tuning.retry_cap)
-        log.warning("%s; retry %d in %.1fs", why, self.failures, wait,
-                    extra={"retry": self.failures})
-        await asyncio.sleep(wait)
+        await asyncio.sleep(self.failures.failed(why))
 
     async def relist(self) -> str:
         """LIST the node's Pods and apply what it shows; returns its resourceVersion.
@@ -127,9 +125,9 @@ class Sync:
 
     async def _handle(self, event: Event) -> None:
         """Apply one watch item; the view has caught up with its version."""
-        if self.failures:
+        if self.failures.count:
             log.info("watching again from resourceVersion %s", self.listwatch.resume_from)
-            self.failures = 0
+            self.failures.succeeded()
         item = event.raw
         if item is None:
             log.warning("skipped a watch line that is not JSON; it changes nothing")

@@ -13,7 +13,7 @@ from partkeeper.lifecycle import Lifecycle, TaskEnded
 
 
 async def test_a_failing_body_is_started_again_until_stopped(monkeypatch) -> None:
-    monkeypatch.setattr(runtime.bus.backoff, "delay", lambda attempt, **_: 0.01)
+    monkeypatch.setattr(runtime.backoff, "delay", lambda attempt, **_: 0.01)
     stop = asyncio.Event()
     starts = 0
 

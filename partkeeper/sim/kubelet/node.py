@@ -30,7 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.sim.kubelet.cluster import MERGE_PATCH
 
 log = logging.getLogger(__name__)

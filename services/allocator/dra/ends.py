@@ -27,7 +27,7 @@ import asyncio
 import logging
 from typing import Any
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.claims import StoreReadError, TransitionError
 from partkeeper.dra import DRIVER
 from partkeeper.lifecycle import woken_or_timeout

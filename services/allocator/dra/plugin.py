@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -29,6 +31,8 @@ from partkeeper.kubelet import (
 )
 from partkeeper.telemetry.grpc import ServerTracing
 from services.allocator.dra.prepare import Preparer
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +55,20 @@ class DraService(dra_pb2_grpc.DRAPluginServicer):
     async def NodePrepareResources(
         self, request: dra_pb2.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
     ) -> dra_pb2.NodePrepareResourcesResponse:
-        answers = await asyncio.gather(*(self.preparer.prepare(c) for c in request.claims))
         return dra_pb2.NodePrepareResourcesResponse(
-            claims={c.uid: a for c, a in zip(request.claims, answers, strict=True)})
+            claims=await _each(request.claims, self.preparer.prepare))
 
     async def NodeUnprepareResources(
         self, request: dra_pb2.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
     ) -> dra_pb2.NodeUnprepareResourcesResponse:
-        answers = await asyncio.gather(*(self.preparer.unprepare(c) for c in request.claims))
         return dra_pb2.NodeUnprepareResourcesResponse(
-            claims={c.uid: a for c, a in zip(request.claims, answers, strict=True)})
+            claims=await _each(request.claims, self.preparer.unprepare))
+
+
+async def _each(claims: Sequence[Any], handle: Callable[[Any], Awaitable[T]]) -> dict[str, T]:
+    """Every claim of one kubelet call handled concurrently, answered by claim UID."""
+    answers = await asyncio.gather(*(handle(c) for c in claims))
+    return {c.uid: a for c, a in zip(claims, answers, strict=True)}
 
 
 class Registration(dra_registration_pb2_grpc.RegistrationServicer):

@@ -30,9 +30,8 @@ import asyncio
 import logging
 from typing import Any
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.dra import slices
-from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry.logs import decision
 from services.allocator.context import Context
 from services.allocator.dra.kube import KubeError, ResourceApi
@@ -85,17 +84,23 @@ class SlicePublisher:
         self.ctx.changes.touch()
 
     async def run(self, first: asyncio.Event) -> None:
-        """Publish on every change until cancelled; `first` is set after the first good pass."""
-        while True:
-            change = self.ctx.changes.next_change()
-            if await self.once():
-                self.failures = 0
-                first.set()
-                await change.wait()
-            else:
+        """Publish on every change until cancelled; `first` is set after the first good pass.
+        A failed pass is tried again with backoff (slower while the feature gate is off), or
+        sooner on the next change."""
+
+        async def publish() -> backoff.Again | None:
+            if not await self.once():
                 self.failures += 1
-                cap = GATE_RETRY_SECONDS if self.gate_off else 5.0
-                await woken_or_timeout(change, backoff.delay(self.failures, cap=cap))
+                return backoff.Again("the published ResourceSlices stay as they are")
+            self.failures = 0
+            first.set()
+            return None
+
+        await backoff.every("publishing the ResourceSlices", None, publish,
+                            wakeup=self.ctx.changes.next_change, schedule=self._retry_delay)
+
+    def _retry_delay(self, failures: int) -> float:
+        return backoff.delay(failures, cap=GATE_RETRY_SECONDS if self.gate_off else 5.0)
 
     async def once(self) -> bool:
         try:

@@ -23,7 +23,7 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
-from partkeeper.bus import backoff
+from partkeeper import backoff
 from partkeeper.dra import slices
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from services.allocator.dra.kube import KubeError, ResourceApi
@@ -64,22 +64,19 @@ class SliceWatch:
         self._listwatch.stop()
 
     async def run(self) -> None:
-        failures = 0
+        failures = backoff.Failures("watching the node's ResourceSlices",
+                                    backoff.Schedule(cap=10.0))
         while True:
             try:
                 async with contextlib.aclosing(self._listwatch.items()) as items:
                     async for item in items:
                         self._take(item)
-                        failures = 0
+                        failures.succeeded()
             except Expired:
                 log.info("watch of the node's ResourceSlices expired; listing again")
             except (EndedAtOnce, WatchFailed, KubeError, HTTPError, OSError) as exc:
-                failures += 1
                 self._listwatch.resume_from = None
-                wait = backoff.delay(failures, cap=10.0)
-                log.warning("watching the node's ResourceSlices failed (%s); again in %.1fs",
-                            exc, wait)
-                await asyncio.sleep(wait)
+                await asyncio.sleep(failures.failed(exc, "listing again"))
 
     def _take(self, item: Listed[list[dict[str, Any]]] | Event) -> None:
         if isinstance(item, Listed):

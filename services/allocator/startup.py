@@ -1,0 +1,50 @@
+"""What both modes of the allocator run first, in this order, on the runtime kit (`Lifecycle`):
+
+    Pod view and claims watch (both loaded) -> pk-allocator micro service (`claims.query`) ->
+    capacity recompute (its first pass done) -> hardware poll
+
+Each mode then starts what kubelet talks to: the device-plugin sockets and their registration
+(`main.py`), or the ResourceSlices and the DRA plugin (`dra/main.py`). One function, imported by
+both, so neither mode imports the other and the order cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.js.kv import KeyValue
+
+from partkeeper.errors import StartupError
+from partkeeper.lifecycle import Lifecycle
+from schemas.names import BUCKET_CAPACITY
+from services.allocator import claims_service
+from services.allocator.context import Context
+from services.allocator.plugin import Board
+from services.allocator.recompute import Recompute, watch_claims
+
+
+async def start(
+    ctx: Context, claims_kv: KeyValue, life: Lifecycle, boards: dict[str, Board]
+) -> Recompute:
+    """Start the shared parts in order (module docstring); the recompute, once computed."""
+    loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    life.on_stop("the pod-resources client", ctx.podres.close)
+    life.spawn("pod view", ctx.pods.run(loaded))
+    life.spawn("claims watch", watch_claims(ctx, claims_kv, claims_seen))
+    await life.until(loaded)
+    await life.until(claims_seen)
+    service = await claims_service.start(ctx.nc, ctx.node, ctx.store, [c.index for c in ctx.cards])
+    life.on_stop("the claims.query service", service.stop)
+    recompute = Recompute(ctx, boards, await ctx.js.key_value(BUCKET_CAPACITY))
+    life.spawn("recompute", recompute.run(computed))
+    ctx.changes.touch()
+    await life.until(computed)
+    life.spawn("hardware poll", recompute.poll_hardware())
+    return recompute
+
+
+def unservable(what: str, exc: Exception, mounts: str) -> StartupError:
+    """A socket directory we cannot bind in: a deployment error, said with what to mount."""
+    return StartupError(
+        f"cannot serve {what}: {exc}. {mounts}, mounted read-write into a container running as "
+        "root")
