@@ -41,7 +41,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
-from reliability.nats_cluster import Cluster, cluster_root, remove
 
 from bench.figures import Latency
 from partkeeper.bus import ensure_topology
@@ -60,6 +59,7 @@ from schemas.names import (
     pods_get_subject,
     pods_subject,
 )
+from tests_support.nats_cluster import Cluster, cluster_root, remove
 
 CARDS = 2
 SENT = "Pk-Bench-Sent"

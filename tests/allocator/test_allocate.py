@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import pytest
-from allocator.allocator_harness import FAST, MIG, node_stack, until
 from prometheus_client import REGISTRY
 
 from partkeeper.claims import machine
@@ -19,6 +18,8 @@ from partkeeper.drivers import InstanceSpec
 from partkeeper.workdir import descriptor_path
 from schemas import AllocateRefused, Claim, PartitionEvent, decode
 from schemas.names import STREAM_PARTITIONS, parts_subject
+from tests_support import until
+from tests_support.allocator import FAST, MIG, node_stack
 from tests_support.gate import Gate
 
 R1 = MIG + "1g.10gb"

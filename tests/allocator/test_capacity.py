@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from allocator.allocator_harness import MIG, node_stack, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,8 @@ from schemas.names import BUCKET_CAPACITY, capacity_key
 from services.allocator import catalog
 from services.allocator.advertise import advertise
 from services.allocator.snapshot import Snapshot
-from tests_support import make_claim
+from tests_support import make_claim, until
+from tests_support.allocator import MIG, node_stack
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"

@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from allocator.allocator_harness import node_stack, until
 from nats.js import JetStreamContext
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,6 +24,8 @@ from schemas.names import STREAM_PARTITIONS, parts_filter, parts_subject
 from services.allocator import removals
 from services.allocator.changes import Changes
 from services.allocator.recompute import Recompute
+from tests_support import until
+from tests_support.allocator import node_stack
 
 
 class Passes(Recompute):

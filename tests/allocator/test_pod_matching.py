@@ -11,11 +11,12 @@ from dataclasses import replace
 import grpc
 import nats.errors
 import pytest
-from allocator.allocator_harness import FAST, MIG, new_uid, node_stack, until
 
 from partkeeper.claims import ClaimsStore, machine
 from partkeeper.drivers import InstanceSpec
 from schemas import Claim
+from tests_support import until
+from tests_support.allocator import FAST, MIG, new_uid, node_stack
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"

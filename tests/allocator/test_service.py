@@ -12,8 +12,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from allocator.allocator_harness import FAST, MIG, SLICED, node_stack, until
-from allocator.allocator_peers import TableWatcher
 
 from partkeeper.bus import request
 from partkeeper.bus.kv import Bucket
@@ -27,6 +25,9 @@ from schemas import ClaimsQuery, ClaimsReply
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS, claims_query_subject
 from services.allocator.main import serve
 from services.allocator.registration import endpoint_name
+from tests_support import until
+from tests_support.allocator import FAST, MIG, SLICED, node_stack
+from tests_support.allocator_peers import TableWatcher
 
 pb = deviceplugin_pb2
 R1 = MIG + "1g.10gb"

@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from allocator.allocator_harness import FAST, SLICED, node_stack, until
 from prometheus_client import REGISTRY
 
 from partkeeper import limiter
@@ -34,7 +33,8 @@ from schemas import NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
 from services.allocator import slices
 from services.allocator.main import serve
-from tests_support import make_claim
+from tests_support import make_claim, until
+from tests_support.allocator import FAST, SLICED, node_stack
 
 MIB_A100 = 40 * 1024  # the sim's A100-40GB
 

@@ -5,16 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kubelet.kubelet_harness import (
-    DEADLINE,
-    RESOURCE,
-    Harness,
-    healthy,
-    is_state,
-    running,
-    state,
-)
-
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
     CREATE_CONTAINER_ERROR,
@@ -23,6 +13,15 @@ from partkeeper.sim.kubelet import (
     pod_manifest,
 )
 from partkeeper.sim.kubelet.runtime import device_error
+from tests_support.kubelet import (
+    DEADLINE,
+    RESOURCE,
+    Harness,
+    healthy,
+    is_state,
+    running,
+    state,
+)
 
 pb = deviceplugin_pb2
 OTHER = "example.com/mig-2g.20gb"

@@ -7,14 +7,6 @@ import os
 
 import grpc
 import pytest
-from kubelet.kubelet_harness import (
-    DEADLINE,
-    RESOURCE,
-    FakePlugin,
-    healthy,
-    running,
-    short_tmpdir,
-)
 
 from partkeeper.kubelet import UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
@@ -23,6 +15,14 @@ from partkeeper.sim.kubelet import (
     PodState,
     SimKubelet,
     pod_manifest,
+)
+from tests_support.kubelet import (
+    DEADLINE,
+    RESOURCE,
+    FakePlugin,
+    healthy,
+    running,
+    short_tmpdir,
 )
 
 pb = deviceplugin_pb2

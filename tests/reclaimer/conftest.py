@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
-from reclaimer.reclaimer_harness import FAST, MODEL, AuditLog, FakeWatcher, Hands
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
@@ -18,6 +17,7 @@ from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from services.reclaimer.tuning import Tuning
+from tests_support.reclaimer import FAST, MODEL, AuditLog, FakeWatcher, Hands
 
 StartReclaimer = Callable[..., Awaitable[asyncio.Task[None]]]
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from reclaimer.reclaimer_harness import DEADLINE, AuditLog, FakeWatcher, Hands, new_uid, until
 
 from partkeeper.config import Config
 from partkeeper.faults import EXIT_STATUS
 from schemas import ClaimChanged
+from tests_support import until
+from tests_support.reclaimer import DEADLINE, AuditLog, FakeWatcher, Hands, new_uid
 
 REPO = Path(__file__).resolve().parents[2]
 

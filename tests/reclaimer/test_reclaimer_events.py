@@ -7,12 +7,13 @@ import asyncio
 import dataclasses
 
 from prometheus_client import REGISTRY
-from reclaimer.reclaimer_harness import FAST, AuditLog, FakeWatcher, Hands, new_uid, until
 
 from partkeeper.bus import publish
 from partkeeper.claims import machine
 from schemas import ClaimChanged, DestroyFailed, PodGone
 from schemas.names import STREAM_DLQ, dlq_subject, pods_subject
+from tests_support import until
+from tests_support.reclaimer import FAST, AuditLog, FakeWatcher, Hands, new_uid
 
 
 def _sample(name: str, **labels: str) -> float:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import msgspec
-from reclaimer.reclaimer_harness import AuditLog, FakeWatcher, Hands, new_uid, until
 
 from partkeeper.bus import request
 from partkeeper.claims import machine
 from schemas import ClaimChanged, ReclaimNow, ReclaimNowReply
 from schemas.names import reclaim_now_subject
+from tests_support import until
+from tests_support.reclaimer import AuditLog, FakeWatcher, Hands, new_uid
 
 
 async def ask(nc, node: str, *claim_ids: str) -> dict[str, tuple[bool, str]]:

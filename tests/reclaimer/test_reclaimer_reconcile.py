@@ -12,9 +12,10 @@ import shutil
 
 import pytest
 from prometheus_client import REGISTRY
-from reclaimer.reclaimer_harness import FAST, AuditLog, FakeWatcher, Hands, new_uid, until
 
 from schemas import ClaimChanged, ForeignFound, ForeignGone
+from tests_support import until
+from tests_support.reclaimer import FAST, AuditLog, FakeWatcher, Hands, new_uid
 
 
 async def passes(watcher: FakeWatcher, uid: str, more: int) -> None:

@@ -18,13 +18,13 @@ import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client
-from reliability.rel_harness import scene
 
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.permissions import PROVISION, TOPOLOGY, inbox_prefix
 from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
 from tests_support import until
+from tests_support.reliability import scene
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 

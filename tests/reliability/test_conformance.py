@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
-from reliability.rel_harness import scene
 
 from schemas.names import (
     SERVICE_ALLOCATOR,
@@ -22,6 +21,7 @@ from schemas.names import (
     pods_pending_subject,
     reclaim_now_subject,
 )
+from tests_support.reliability import scene
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 

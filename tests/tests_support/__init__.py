@@ -25,15 +25,17 @@ def make_claim(
     )
 
 
+DEADLINE = 20.0  # a bound on waiting, never an expectation of how long anything takes
+
+
 async def until(
     check: Callable[[], Awaitable[object] | object],
     what: str,
-    timeout: float = 10.0,
-    *,
-    on_timeout: Callable[[], None] | None = None,
+    timeout: float = DEADLINE,
 ) -> None:
     """Wait until `check()` (sync or async) is truthy, failing with `what` after `timeout`
-    seconds: a deadline, never an expectation of how long anything takes."""
+    seconds: a deadline, never an expectation of how long anything takes. The one wait of the
+    tests; a failed one prints where every other task of the loop is waiting."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -43,10 +45,20 @@ async def until(
         if result:
             return
         if loop.time() > deadline:
-            if on_timeout is not None:
-                on_timeout()
+            _show_waiting_tasks()
             raise AssertionError(f"not within {timeout:g}s: {what}")
         await asyncio.sleep(0.01)
+
+
+def _show_waiting_tasks() -> None:
+    current = asyncio.current_task()
+    for task in asyncio.all_tasks():
+        if task is current:
+            continue
+        try:
+            task.print_stack(limit=8)
+        except TypeError:  # a frame of compiled grpc code has no line number
+            print(f"task {task.get_name()}: {task.get_coro()}")
 
 
 @contextlib.contextmanager

@@ -12,14 +12,12 @@ import shutil
 import tempfile
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from allocator.allocator_peers import TableReclaimer, TableWatcher
 from nats.aio.client import Client
 
-import tests_support as support
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import RESOURCE_NAMES, Config
@@ -34,6 +32,8 @@ from services.allocator.options import LookupPolicy, Options
 from services.allocator.registration import endpoint_name
 from services.reclaimer.main import serve as serve_reclaimer
 from services.reclaimer.tuning import Tuning
+from tests_support import until
+from tests_support.allocator_peers import TableReclaimer, TableWatcher
 from tests_support.gate import Gate
 
 pb = deviceplugin_pb2
@@ -56,22 +56,6 @@ RECLAIMER = Tuning(fast_base=0.02, fast_cap=0.1, slow_base=0.1, slow_cap=0.3, no
 
 def new_uid() -> str:
     return str(uuid.uuid4())
-
-
-async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
-                deadline: float = DEADLINE) -> None:
-    """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
-    await support.until(check, what, deadline, on_timeout=_show_stuck_work)
-
-
-def _show_stuck_work() -> None:
-    """Print where the allocator's and the kubelet's work is waiting (for a failed wait)."""
-    for task in asyncio.all_tasks():
-        if task.get_name().startswith(("allocat", "realise", "driver", "sim-kubelet", "rpc")):
-            try:
-                task.print_stack(limit=8)
-            except TypeError:  # a frame of compiled grpc code has no line number
-                print(f"task {task.get_name()}: {task.get_coro()}")
 
 
 @dataclass

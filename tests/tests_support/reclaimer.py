@@ -12,7 +12,6 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.micro.service import Service
 
-import tests_support as support
 from partkeeper.bus import publish, serve
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, machine
@@ -50,6 +48,7 @@ from schemas.names import (
     pods_subject,
 )
 from services.reclaimer.tuning import Tuning
+from tests_support import until
 
 # Short waits so a test sees the threshold, the slow retries and redeliveries in a second or two.
 FAST = Tuning(
@@ -63,12 +62,6 @@ PROFILE = "1g.10gb"  # size 2, starts 0, 2, 4, 6
 
 def new_uid() -> str:
     return str(uuid.uuid4())
-
-
-async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
-                deadline: float = DEADLINE) -> None:
-    """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
-    await support.until(check, what, deadline)
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,11 +163,6 @@ class FakeAllocator:
             self.service = None
 
 
-async def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Wait for a filesystem condition, up to a deadline."""
-    await support.until(check, what, timeout)
-
-
 def snapshot(top: Path) -> dict[str, bytes | str]:
     """Every entry under `top`: file contents, link targets, and directories, never following."""
     found: dict[str, bytes | str] = {}
@@ -227,22 +221,23 @@ async def consumer_state(js: JetStreamContext, node: str) -> Any:
 
 async def acked_through(js: JetStreamContext, node: str, seq: int, timeout: float = 15) -> None:
     """Wait until the GC's durable consumer has acknowledged every message up to `seq`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (await consumer_state(js, node)).ack_floor.stream_seq < seq:
-        if loop.time() > deadline:
-            pytest.fail(f"the GC did not acknowledge stream sequence {seq} within {timeout}s")
-        await asyncio.sleep(0.05)
+
+    async def acked() -> bool:
+        return (await consumer_state(js, node)).ack_floor.stream_seq >= seq
+
+    await support.until(acked, f"the GC acknowledged stream sequence {seq}", timeout)
 
 
 async def collected_event(js: JetStreamContext, node: str, timeout: float = 15) -> WorkdirCollected:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+    found: list[WorkdirCollected] = []
+
+    async def published() -> bool:
         try:
             msg = await js.get_last_msg(STREAM_PARTITIONS, parts_subject(node, None))
-            return decode(msg.data, WorkdirCollected)
         except NotFoundError:
-            if loop.time() > deadline:
-                pytest.fail("no WorkdirCollected event was published")
-            await asyncio.sleep(0.05)
+            return False
+        found.append(decode(msg.data, WorkdirCollected))
+        return True
+
+    await support.until(published, "a WorkdirCollected event was published", timeout)
+    return found[0]
