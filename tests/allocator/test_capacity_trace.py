@@ -140,5 +140,6 @@ async def test_a_removal_becomes_a_capacity_update_span_in_its_trace(
     assert attributes["pk.pod_uid"] == removal(node).pod_uid
     assert (attributes["pk.card"], attributes["pk.profile"]) == (0, "1g.10gb")
     assert attributes["pk.claim_id"] == "c0ffee"
-    assert attributes["pk.recompute_pass"] >= 1
+    recompute_pass = attributes["pk.recompute_pass"]
+    assert isinstance(recompute_pass, int) and recompute_pass >= 1
     assert attributes["pk.free_placements"] == 7  # nothing held on the one H100

@@ -47,7 +47,7 @@ async def start(directory: Path, url: str, node: str, faults: str) -> asyncio.su
         sys.executable, "-m", "services.allocator", env=env, stdout=log, stderr=log)
     log.close()
     await until(lambda: answers(socket, proc), "the allocator process serves its plugin sockets",
-                deadline=30)
+                timeout=30)
     assert proc.returncode is None, (directory / "allocator.log").read_text()
     return proc
 

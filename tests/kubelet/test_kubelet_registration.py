@@ -21,6 +21,7 @@ from tests_support.kubelet import (
     RESOURCE,
     FakePlugin,
     healthy,
+    last_report,
     running,
     short_tmpdir,
 )
@@ -128,7 +129,7 @@ async def test_restart_during_an_allocate_fails_that_pod_and_keeps_admitting() -
         await h.kubelet.restart()
 
         await h.wait_phase("uid-p", "Failed")
-        assert h.source.last_report("uid-p").reason == UNEXPECTED_ADMISSION_ERROR
+        assert last_report(h.source, "uid-p").reason == UNEXPECTED_ADMISSION_ERROR
         h.plugin.allocate_gate.set()
         await h.plugin.stop()
         await h.plugin.serve()

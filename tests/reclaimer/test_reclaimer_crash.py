@@ -87,4 +87,4 @@ async def test_a_crash_between_steps_converges_after_restart(
         assert await stop(second) == 0, log.read_text()[-2000:]
     assert [e.state for e in audit.of(ClaimChanged, claim_id=claim.id)] == [
         "releasing", "removed"]
-    assert (await hands.claim(keep)).state == "active" and await hands.exists(keep_inst)
+    assert (await hands.current(keep)).state == "active" and await hands.exists(keep_inst)

@@ -6,6 +6,7 @@ The same paths through the real kubectl: tests/stack/test_kubectl.py."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,15 @@ def _pod(**status: object) -> dict[str, object]:
             "status": status}
 
 
+def a_table(body: dict[str, Any], include: str = "PartialObjectMetadata",
+            now: datetime | None = None) -> dict[str, Any]:
+    """`table.to_table`, failing the test where it makes no Table of `body`."""
+    found = table.to_table(body, include, now)
+    if found is None:
+        raise AssertionError(f"no Table of a {body.get('kind')}")
+    return found
+
+
 @pytest.mark.parametrize(("status", "ready", "reason"), [
     ({"phase": "Pending"}, "0/2", "Pending"),
     ({"phase": "Failed", "reason": "UnexpectedAdmissionError"}, "0/2",
@@ -81,7 +91,7 @@ def _pod(**status: object) -> dict[str, object]:
      "Completed"),
 ])
 def test_pod_rows_print_ready_and_status_as_print_pod(status, ready, reason) -> None:
-    [row] = table.to_table(_pod(**status), now=NOW)["rows"]
+    [row] = a_table(_pod(**status), now=NOW)["rows"]
     assert row["cells"][1:3] == [ready, reason]
     assert row["cells"][4] == "30s" and row["cells"][6] == "n"
     assert row["object"]["kind"] == "PartialObjectMetadata"
@@ -92,7 +102,7 @@ def test_a_deleted_running_pod_is_terminating_and_lists_keep_their_version() -> 
     pod["metadata"]["deletionTimestamp"] = _stamp(0)  # type: ignore[index]
     listed = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
               "items": [pod]}
-    found = table.to_table(listed, "None", now=NOW)
+    found = a_table(listed, "None", now=NOW)
     assert found["metadata"] == {"resourceVersion": "7"}
     assert [c["name"] for c in found["columnDefinitions"]] == [
         "Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node",
@@ -106,8 +116,8 @@ def test_a_deleted_running_pod_is_terminating_and_lists_keep_their_version() -> 
 def test_the_sim_kubelets_statuses_read_as_kubelets() -> None:
     pod = PodView("u1", "default", "p", containers=(ContainerView("a"),))
     running = {**status_fields(pod, "Running", ""), "phase": "Running"}
-    [row] = table.to_table(_pod(**running) | {"spec": {"containers": [{"name": "a"}]}},
-                           now=NOW)["rows"]
+    [row] = a_table(_pod(**running) | {"spec": {"containers": [{"name": "a"}]}},
+                    now=NOW)["rows"]
     assert row["cells"][1:4] == ["1/1", "Running", "0"] and row["cells"][5].startswith("10.88.")
     rejected = status_fields(pod, "Failed", "UnexpectedAdmissionError")
     assert "containerStatuses" not in rejected and "podIP" not in rejected

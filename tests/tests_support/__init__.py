@@ -10,19 +10,29 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from schemas import Claim
+from schemas import Claim, LiveInstance
+from schemas.events import ClaimState
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 
 
 def make_claim(
-    cid: str, start: int, size: int, *, card: int = 0, state: str = "creating", uid: str = UID
+    cid: str, start: int, size: int, *, card: int = 0, state: ClaimState = "creating",
+    uid: str = UID,
 ) -> Claim:
     return Claim(
         id=cid, state=state, pod_uid=uid, namespace="default", name="pod", container="main",
         resource="nvidia.com/mig-test", device_ids=[cid], card=card, profile="test",
         start=start, size=size, created_at=0, updated_at=0,
     )
+
+
+def instance_of(claim: Claim) -> LiveInstance:
+    """The instance `claim` holds, failing the test when it holds none (still creating, or a
+    slice)."""
+    if claim.instance is None:
+        raise AssertionError(f"claim {claim.id} ({claim.state}) holds no instance")
+    return claim.instance
 
 
 DEADLINE = 20.0  # a bound on waiting, never an expectation of how long anything takes

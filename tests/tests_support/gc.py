@@ -236,6 +236,7 @@ async def collected_event(js: JetStreamContext, node: str, timeout: float = 15) 
             msg = await js.get_last_msg(STREAM_PARTITIONS, parts_subject(node, None))
         except NotFoundError:
             return False
+        assert msg.data is not None, "the last partitions event has no payload"
         found.append(decode(msg.data, WorkdirCollected))
         return True
 

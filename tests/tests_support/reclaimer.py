@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -47,6 +48,7 @@ from schemas.names import (
     pods_get_subject,
     pods_subject,
 )
+from schemas.pods import PodState
 from services.reclaimer.tuning import Tuning
 from tests_support import until
 
@@ -72,7 +74,7 @@ class FakeWatcher:
     counts), so "no answer means no action" can be checked pass by pass.
     """
 
-    states: dict[str, str] = field(default_factory=dict)
+    states: dict[str, PodState] = field(default_factory=dict)
     asked: Counter[str] = field(default_factory=Counter)
     fresh: list[str] = field(default_factory=list)
     mode: str = "table"
@@ -111,6 +113,9 @@ class FakeWatcher:
             self.sub = None
 
 
+E = TypeVar("E", bound=PartitionEvent)
+
+
 class AuditLog:
     """Every PK_PARTITIONS event of the node as the stream stores it: in publish order, with
     re-publications of one fact (the same Nats-Msg-Id) counted once."""
@@ -135,11 +140,11 @@ class AuditLog:
         if self.sub is not None:
             await self.sub.unsubscribe()
 
-    def of(self, kind: type, **match: object) -> list:
+    def of(self, kind: type[E], **match: object) -> list[E]:
         return [e for e in self.events
                 if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())]
 
-    async def wait(self, kind: type, **match: object) -> list:
+    async def wait(self, kind: type[E], **match: object) -> list[E]:
         """The matching events, once at least one has arrived (stored events arrive in order)."""
         await until(lambda: bool(self.of(kind, **match)), f"{kind.__name__} {match} audited")
         return self.of(kind, **match)
@@ -182,9 +187,7 @@ class Hands:
         body = json.dumps({"uuid": inst.uuid, "claim": claim.id}).encode()
         await asyncio.to_thread(write_descriptor, self.pods_dir, uid, claim.container, inst.uuid,
                                 body)
-        active = await self.claim(claim)
-        assert active is not None
-        return active, inst
+        return await self.current(claim), inst
 
     def descriptor(self, claim: Claim, inst: Instance) -> Path:
         name = f"partition-{inst.uuid}.json"
@@ -193,6 +196,13 @@ class Hands:
     async def claim(self, claim: Claim) -> Claim | None:
         doc, _ = await self.store.read(claim.card)
         return doc.claims.get(claim.id)
+
+    async def current(self, claim: Claim) -> Claim:
+        """`claim` as the store holds it now, failing the test when it was removed."""
+        now = await self.claim(claim)
+        if now is None:
+            raise AssertionError(f"claim {claim.id} of Pod {claim.pod_uid} was removed")
+        return now
 
     async def removed(self, claim: Claim) -> bool:
         return await self.claim(claim) is None
