@@ -9,13 +9,14 @@ import os
 import stat
 from pathlib import Path
 
+import msgspec
 import pytest
 from fakes.hostfs import char_device
 from fakes.nvml import CAPS_MAJOR, FakeNvml
 
 from partkeeper import cdi
 from partkeeper.bus.kv import Bucket
-from partkeeper.claims import ClaimsStore, machine
+from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
 from partkeeper.drivers import Driver, open_driver
@@ -215,12 +216,12 @@ def test_the_cdi_spec_is_version_0_6_with_the_uuid_and_the_nodes(tmp_path: Path)
 def _active(inst: Instance, cid: str) -> Claim:
     claim = make_claim(cid, inst.start, inst.size, card=inst.card, state="active")
     live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
-    return machine.msgspec.structs.replace(claim, profile=inst.profile, instance=live)
+    return msgspec.structs.replace(claim, profile=inst.profile, instance=live)
 
 
 async def _context(js, node: str, driver: Driver, config: Config) -> Context:
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
-    return Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]  # js._nc: the context's client
+    return Context(config, js._nc, js, store, driver, tuple(driver.cards()),
                    {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
 
 

@@ -162,7 +162,7 @@ async def dead_letters(js: JetStreamContext, node: str, count: int) -> list[str]
     await until(arrived, f"{count} dead letters on {subject}", 15)
     sub = await js.subscribe(subject, ordered_consumer=True, stream=STREAM_DLQ)
     try:
-        return [(await sub.next_msg(timeout=5)).headers["Pk-Error"] for _ in range(count)]
+        return [((await sub.next_msg(timeout=5)).headers or {})["Pk-Error"] for _ in range(count)]
     finally:
         await sub.unsubscribe()
 

@@ -62,7 +62,7 @@ class Session:
             self.errors.append(str(exc).lower())
 
         self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False,
-                                     connect_timeout=2, **login)  # type: ignore[arg-type]
+                                     connect_timeout=2, **login)
         return self
 
     async def refused(self, what: str, subject: str, within: float = REFUSAL_SECONDS) -> bool:

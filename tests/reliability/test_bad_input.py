@@ -18,8 +18,8 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.micro.request import ERROR_CODE_HEADER
 
-from partkeeper.bus.rpc import ERROR_CODE_HEADER
 from partkeeper.stack.launch import MICRO_SERVICES, SERVICES, service_ready
 from schemas import (
     ClaimsQuery,

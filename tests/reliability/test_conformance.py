@@ -77,7 +77,7 @@ async def test_documented_requests_as_literal_json() -> None:
             assert headers[ERROR_CODE_HEADER] == "400" and "version 99" in headers[ERROR_HEADER]
             assert body == {"error": headers[ERROR_HEADER], "code": 400}
 
-        services = set()
+        services: set[str] = set()
         sub = await nc.subscribe(inbox := nc.new_inbox())
         await nc.publish("$SRV.INFO", b"", reply=inbox)
         while len(services) < 3:
