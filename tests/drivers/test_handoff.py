@@ -8,6 +8,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import pytest
@@ -227,13 +228,13 @@ async def _context(js, node: str, driver: Driver, config: Config) -> Context:
 
 @pytest.mark.parametrize("strategy", ["envvar", "cdi"])
 async def test_allocate_response_carries_device_specs_and_cdi_devices(
-    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str, strategy: str,
-    mknod_allowed: None,
+    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str,
+    strategy: Literal["envvar", "cdi"], mknod_allowed: None,
 ) -> None:
     driver = _nvml(roots)
     insts = [driver.create(InstanceSpec(0, "1g.10gb", s)) for s in (0, 1)]
     claims = [_active(i, f"c{n}") for n, i in enumerate(insts)]
-    config = Config(node=node, driver="nvml", device_list_strategy=strategy,  # type: ignore[arg-type]  # a parametrized str
+    config = Config(node=node, driver="nvml", device_list_strategy=strategy,
                     cdi_dir=tmp_path / "cdi")
     ctx = await _context(js, node, driver, config)
     nodes, names = await handoff.prepare(ctx, claims)

@@ -5,6 +5,7 @@ The same paths through the real kubectl: tests/stack/test_kubectl.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -62,7 +63,7 @@ def test_ages_read_as_human_duration(seconds: float, shown: str) -> None:
     assert table.human_duration(seconds) == shown
 
 
-def _pod(**status: object) -> dict[str, object]:
+def _pod(**status: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "creationTimestamp": _stamp(30)},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n"},
@@ -99,7 +100,7 @@ def test_pod_rows_print_ready_and_status_as_print_pod(status, ready, reason) -> 
 
 def test_a_deleted_running_pod_is_terminating_and_lists_keep_their_version() -> None:
     pod = _pod(phase="Running")
-    pod["metadata"]["deletionTimestamp"] = _stamp(0)  # type: ignore[index]
+    pod["metadata"]["deletionTimestamp"] = _stamp(0)
     listed = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
               "items": [pod]}
     found = a_table(listed, "None", now=NOW)
@@ -134,14 +135,17 @@ class _Kubelet:
     def devices(self, resource: str) -> dict[str, str]:
         return self._devices[resource]
 
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
+        raise AssertionError("the node's resources are read, never waited for")
+
 
 def test_node_capacity_counts_every_device_and_allocatable_the_healthy() -> None:
     kubelet = _Kubelet({"nvidia.com/mig-1g.10gb": {"a": "Healthy", "b": "Unhealthy"}})
-    assert resources(kubelet, {}) == ({"nvidia.com/mig-1g.10gb": "2"},  # type: ignore[arg-type]
+    assert resources(kubelet, {}) == ({"nvidia.com/mig-1g.10gb": "2"},
                                       {"nvidia.com/mig-1g.10gb": "1"})
     gone = _Kubelet({})
     before = {"nvidia.com/mig-1g.10gb": "2", "cpu": "8"}
-    assert resources(gone, before) == ({"nvidia.com/mig-1g.10gb": "0"},  # type: ignore[arg-type]
+    assert resources(gone, before) == ({"nvidia.com/mig-1g.10gb": "0"},
                                        {"nvidia.com/mig-1g.10gb": "0"})
 
 

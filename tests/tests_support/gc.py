@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from nats.aio.client import Client
@@ -42,6 +42,7 @@ from schemas.names import (
     pods_states_subject,
     pods_subject,
 )
+from schemas.pods import PodState
 
 
 def build_pod(
@@ -101,7 +102,7 @@ class FakeWatcher:
 
     def __init__(self, nc: Client, node: str, *, batch: bool = True) -> None:
         self.nc, self.node, self.batch = nc, node, batch
-        self.states: dict[str, str] = {}
+        self.states: dict[str, PodState | Literal["error"]] = {}
         self.asked = Asked()
         self.service: Service | None = None
 
@@ -110,7 +111,7 @@ class FakeWatcher:
         state = self.states.get(body.uid, "unknown")
         if state == "error":
             raise RuntimeError("the watcher's test double was told to fail")
-        return PodsGetReply(uid=body.uid, state=state, evidence="test table")  # type: ignore[arg-type]  # the table's state as a plain str
+        return PodsGetReply(uid=body.uid, state=state, evidence="test table")
 
     async def answer_many(self, body: PodsStates) -> PodsStatesReply:
         return PodsStatesReply(pods=[await self.answer(PodsGet(uid=uid)) for uid in body.uids])

@@ -177,9 +177,10 @@ class Hands:
         spec = InstanceSpec(claim.card, claim.profile, claim.start)
         return await asyncio.to_thread(self.driver.create, spec)
 
-    async def allocate(self, uid: str, **kw: object) -> tuple[Claim, Instance]:
+    async def allocate(self, uid: str, *, card: int = 0, start: int = 0, profile: str = PROFILE,
+                       container: str = "main") -> tuple[Claim, Instance]:
         """Write-ahead claim, create, activate, descriptor: what a successful Allocate leaves."""
-        claim = await self.begin(uid, **kw)  # type: ignore[arg-type]  # claim fields pass through as **kw
+        claim = await self.begin(uid, card=card, start=start, profile=profile, container=container)
         inst = await self.create(claim)
         live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
         await self.store.update(claim.card,
