@@ -236,15 +236,19 @@ def _pod(i: int) -> PodRecord:
 async def _reclaim(store: ClaimsStore, driver: Serialised) -> None:
     """What the reclaimer does once the Pod is gone: release, destroy, remove."""
     doc, _ = await store.read(0)
-    for claim in doc.claims.values():
-        await store.update(0, lambda d, c=claim: machine.release(d, c.id, "bench", time.time()))
-        doc, _ = await store.read(0)
-        inv = inventory.classify(doc, await asyncio.to_thread(driver.instances, 0),
-                                 driver.same_partition)
-        inst = inv.owned.get(claim.id)
-        if inst is not None:
-            await asyncio.to_thread(driver.destroy, inst)
-        await store.update(0, lambda d, c=claim: machine.remove(d, c.id))
+    for claim_id in list(doc.claims):
+        await _reclaim_claim(store, driver, claim_id)
+
+
+async def _reclaim_claim(store: ClaimsStore, driver: Serialised, claim_id: str) -> None:
+    await store.update(0, lambda d: machine.release(d, claim_id, "bench", time.time()))
+    doc, _ = await store.read(0)
+    inv = inventory.classify(doc, await asyncio.to_thread(driver.instances, 0),
+                             driver.same_partition)
+    inst = inv.owned.get(claim_id)
+    if inst is not None:
+        await asyncio.to_thread(driver.destroy, inst)
+    await store.update(0, lambda d: machine.remove(d, claim_id))
 
 
 def main(argv: list[str] | None = None) -> int:

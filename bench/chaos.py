@@ -34,6 +34,7 @@ from nats.aio.client import Client
 
 from bench.chaos_node import ChaosNode, chaos_node
 from partkeeper.bus import ensure_topology
+from partkeeper.drivers.sim import FaultOp
 from partkeeper.kubelet import HEALTHY
 from partkeeper.sim.kubelet import PodState
 from partkeeper.stack.natsserver import NatsServer
@@ -132,8 +133,8 @@ async def restart_kubelet(run: Run) -> None:
 async def stop_halfway(run: Run) -> None:
     """The driver's next create or destroy stops between its two steps and fails (the sim's
     `halfway` fault): a GPU instance is left without compute instance for the retry to finish."""
-    op = run.rng.choice(("create", "destroy"))
-    await asyncio.to_thread(run.node.driver.fail, op, 1, "halfway")
+    ops: tuple[FaultOp, ...] = ("create", "destroy")
+    await asyncio.to_thread(run.node.driver.fail, run.rng.choice(ops), 1, "halfway")
 
 
 async def time_passes(run: Run) -> None:
@@ -342,8 +343,9 @@ async def _main(steps: int, seed: int, settle_every: int, verbose: bool,
     reasons: dict[str, int] = {}
     for pod in run.pods:
         if _refused(run, pod):
-            reason = run.node.kubelet.record(pod.uid).reason
-            reasons[reason] = reasons.get(reason, 0) + 1
+            record = run.node.kubelet.record(pod.uid)
+            assert record is not None  # a refused Pod has its record
+            reasons[record.reason] = reasons.get(record.reason, 0) + 1
     refused = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items())) or "none"
     print(f"seed {seed}: {run.steps} steps in {took:.1f}s ({kinds}); {len(run.pods)} Pods, "
           f"{len(run.ran)} ran; refused at admission: {refused}; "

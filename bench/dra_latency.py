@@ -37,9 +37,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config, watch
 
@@ -56,6 +57,9 @@ NAME = "DRA latency"
 NAMESPACE = "bench"
 PROFILE = "7g.80gb"
 DEADLINE = 20.0
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -99,7 +103,7 @@ class Stamps:
             self.writes.append((when, value))
         self.changed.set()
 
-    async def until(self, check: Any, what: str) -> float | None:
+    async def until(self, check: Callable[[], T | None], what: str) -> T | None:
         deadline = time.perf_counter() + DEADLINE
         while (found := check()) is None:
             left = deadline - time.perf_counter()
@@ -190,11 +194,11 @@ async def cycle(core: client.CoreV1Api, stamps: Stamps, i: int) -> Cycle:
     device = read.status.allocation.devices.results[0].device
     generation = max((g for _, g, _ in stamps.offered), default=0)
     await asyncio.to_thread(core.delete_namespaced_pod, name, NAMESPACE)
-    out.deleted = time.perf_counter()
+    out.deleted = deleted = time.perf_counter()
 
     def back() -> float | None:
         return next((t for t, g, names in stamps.offered
-                     if g > generation and device in names and t >= out.deleted), None)
+                     if g > generation and device in names and t >= deleted), None)
 
     out.republished = await stamps.until(back, f"{device} offered again after {name}")
     mine = stamps.writes[written:]

@@ -33,6 +33,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats
 import nats.errors
@@ -41,7 +42,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.kv import KeyValue
-from reliability.nats_cluster import Cluster, cluster_root, remove
 
 from bench.figures import Latency
 from partkeeper.bus import ensure_topology
@@ -60,6 +60,7 @@ from schemas.names import (
     pods_get_subject,
     pods_subject,
 )
+from tests_support.nats_cluster import Cluster, cluster_root, remove
 
 CARDS = 2
 SENT = "Pk-Bench-Sent"
@@ -114,7 +115,7 @@ async def bounded(jobs: list[Callable[[], Awaitable[None]]], limit: int) -> None
 
 
 async def create_consumers(js: JetStreamContext, nodes: list[str], layout: str) -> None:
-    jobs = []
+    jobs: list[Callable[[], Awaitable[None]]] = []
     for node in nodes:
         for stream, config in consumer_configs(node, layout):
             async def add(stream: str = stream, config: api.ConsumerConfig = config) -> None:
@@ -222,10 +223,11 @@ async def node_cycles(nc: Client, node: str, cycle: float, end: float, samples: 
         await asyncio.sleep(cycle)
 
 
-def varz(cluster: Cluster, index: int, path: str) -> dict[str, object]:
+def varz(cluster: Cluster, index: int, path: str) -> dict[str, Any]:
+    """A monitoring endpoint's JSON document."""
     url = f"http://127.0.0.1:{cluster.monitors[index]}/{path}"
     with urllib.request.urlopen(url, timeout=10) as resp:
-        found: dict[str, object] = json.loads(resp.read())
+        found: dict[str, Any] = json.loads(resp.read())
     return found
 
 
@@ -266,6 +268,7 @@ async def run(nodes: int, layout: str, seconds: float, cycle: float, clients: in
             nc = ncs[i % clients]
             await responder(nc, node)
             for stream, config in consumer_configs(node, layout):
+                assert config.durable_name is not None  # every consumer here is durable
                 tasks.append(asyncio.create_task(
                     consume(nc.jetstream(), stream, config.durable_name, samples)))
         end = time.monotonic() + seconds

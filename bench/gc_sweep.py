@@ -54,6 +54,7 @@ from schemas import (
     PodsStatesReply,
 )
 from schemas.names import claims_query_subject, pods_get_subject, pods_states_subject
+from schemas.pods import PodState
 from services.gc.collect import Collector
 from services.gc.sweep import CONCURRENCY, SweepStats, sweep_once
 
@@ -71,7 +72,7 @@ def populate(root: Path, uids: list[str]) -> None:
 
 async def answer_from(nc: nats.NATS, node: str, live: set[str]) -> None:
     async def pods_get(body: PodsGet) -> PodsGetReply:
-        state = "live" if body.uid in live else "gone"
+        state: PodState = "live" if body.uid in live else "gone"
         return PodsGetReply(uid=body.uid, state=state, evidence="bench table")
 
     async def pods_states(body: PodsStates) -> PodsStatesReply:

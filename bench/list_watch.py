@@ -74,7 +74,8 @@ async def watch_threads(api: client.CoreV1Api, version: str, count: int) -> tupl
             item = await request.next()
             if isinstance(item, _Ended):
                 raise RuntimeError(f"the watch ended after {seen} events: {item.error}")
-            if item is not None and item.get("type") == "ADDED":
+            event, _ = item  # (the event, when it was read)
+            if event is not None and event.get("type") == "ADDED":
                 seen += 1
     finally:
         request.stop()

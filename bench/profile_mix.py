@@ -19,6 +19,7 @@ import logging
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 import nats
@@ -32,7 +33,7 @@ PREFIX = "nvidia.com/mig-"
 DEADLINE = 120.0
 
 
-async def _when(check, what: str) -> float:  # type: ignore[no-untyped-def]
+async def _when(check: Callable[[], object], what: str) -> float:
     deadline = time.monotonic() + DEADLINE
     while not check():
         if time.monotonic() > deadline:

@@ -11,15 +11,18 @@ from typing import Any
 
 import grpc
 import pytest
-from allocator.allocator_harness import FAST, MIG, node_stack, until
 from prometheus_client import REGISTRY
 
 from partkeeper.claims import machine
 from partkeeper.drivers import InstanceSpec
+from partkeeper.drivers.sim import FaultKind
 from partkeeper.workdir import descriptor_path
 from schemas import AllocateRefused, Claim, PartitionEvent, decode
 from schemas.names import STREAM_PARTITIONS, parts_subject
+from tests_support import instance_of, until
+from tests_support.allocator import FAST, MIG, node_stack
 from tests_support.gate import Gate
+from tests_support.kubelet import pod_record
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"
@@ -42,18 +45,18 @@ async def test_inv7_retried_allocate_returns_the_same_partition(nc, js, node) ->
         uid = await n.add_pod("a", {"main": {R1: 1}})
         await n.phase(uid, "Running")
         [claim] = await n.claims_of(uid)
-        first = n.kubelet.record(uid).containers["main"].responses[R1]
+        first = pod_record(n.kubelet, uid).containers["main"].responses[R1]
         assert claim.state == "active" and claim.instance is not None
-        assert first.envs["NVIDIA_VISIBLE_DEVICES"] == claim.instance.uuid
+        assert first.envs["NVIDIA_VISIBLE_DEVICES"] == instance_of(claim).uuid
 
         again = await n.allocate(R1, list(claim.device_ids))  # kubelet retries the call
 
-        assert again.envs["NVIDIA_VISIBLE_DEVICES"] == claim.instance.uuid
-        assert [i.uuid for i in await n.instances()] == [claim.instance.uuid]
+        assert again.envs["NVIDIA_VISIBLE_DEVICES"] == instance_of(claim).uuid
+        assert [i.uuid for i in await n.instances()] == [instance_of(claim).uuid]
         assert [c.id for c in await n.claims()] == [claim.id]
         assert uid in n.watcher.fresh_asked  # a retry is told from a re-use by asking
         body = json.loads(descriptor_path(n.config.pods_dir, uid, "main",
-                                          claim.instance.uuid).read_bytes())
+                                          instance_of(claim).uuid).read_bytes())
         assert (body["claim_id"], body["start"], body["profile"]) == (claim.id, 0, "1g.10gb")
 
 
@@ -122,14 +125,14 @@ async def test_full_card_is_refused_with_a_sentence_and_leaves_no_claim(nc, js, 
 
 @pytest.mark.parametrize("error", ["unknown", "halfway"])
 async def test_a_failed_create_abandons_its_claim_only_when_nothing_is_left(
-    nc, js, node, error: str
+    nc, js, node, error: FaultKind
 ) -> None:
     """A create the driver stops halfway, its undo failing too, leaves a GPU instance without
     compute instance: the claim stays over it (abandoned, it would be foreign, a slot lost) and
     kubelet's retry completes it. A create that left nothing abandons its claim."""
     async with node_stack(nc, node, options=QUICK, pod_resources=False) as n:
         await n.watcher.add(n.watcher.record(B, "b", {"main": {R3: 1}}))
-        n.driver.fail("create", 1, error)  # type: ignore[arg-type]  # the parameter is a FaultKind
+        n.sim.fail("create", 1, error)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await n.allocate(R3, ["3g.40gb-0"])
         message = refused.value.details()
@@ -171,8 +174,8 @@ async def test_allocate_after_a_pod_stopped_gets_the_freed_slot_not_a_refusal(
         [new] = await n.claims_of(b)
         assert new.state == "active" and new.device_ids == old.device_ids
         assert await n.claims_of(a) == []
-        assert old.instance is not None and n.reclaimer.destroyed == [old.instance.uuid]
-        assert [i.gi_id for i in await n.instances()] == [new.instance.gi_id]
+        assert n.reclaimer.destroyed == [instance_of(old).uuid]
+        assert [i.gi_id for i in await n.instances()] == [instance_of(new).gi_id]
 
 
 @pytest.mark.parametrize("state", ["active", "releasing"])
@@ -190,7 +193,7 @@ async def test_room_held_by_a_gone_pod_is_reclaimed_now(nc, js, node, state: str
         reply = await n.allocate(R1, ["1g.10gb-3"])
 
         [new] = await n.claims()
-        assert new.pod_uid == b and reply.envs["NVIDIA_VISIBLE_DEVICES"] == new.instance.uuid
+        assert new.pod_uid == b and reply.envs["NVIDIA_VISIBLE_DEVICES"] == instance_of(new).uuid
         assert [[old.id]] == n.reclaimer.asked
 
 
@@ -265,13 +268,13 @@ async def test_several_tokens_give_several_partitions(nc, js, node) -> None:
         a = await n.add_pod("a", {"main": {R3: 3}})
         await n.phase(a, "Running")
         claims = await n.claims_of(a)
-        response = n.kubelet.record(a).containers["main"].responses[R3]
+        response = pod_record(n.kubelet, a).containers["main"].responses[R3]
         uuids = response.envs["NVIDIA_VISIBLE_DEVICES"].split(",")
         assert len(uuids) == 3 == len(claims)
         assert sorted((c.card, c.start) for c in claims) == [(0, 0), (0, 4), (1, 0)]
-        assert {c.instance.uuid for c in claims} == set(uuids)
+        assert {instance_of(c).uuid for c in claims} == set(uuids)
         for c in claims:
-            assert descriptor_path(n.config.pods_dir, a, "main", c.instance.uuid).exists()
+            assert descriptor_path(n.config.pods_dir, a, "main", instance_of(c).uuid).exists()
 
 
 async def test_allocate_with_no_pending_pod_is_refused(nc, js, node) -> None:
@@ -312,19 +315,19 @@ async def test_a_placement_carved_by_hand_during_the_create_is_planned_again(
     gate = Gate()
     async with node_stack(nc, node, gate=gate) as n:
         a, first = await parked_create(n, gate, R1)
-        foreign = await asyncio.to_thread(n.driver.carve, 0, "1g.10gb", first.start)
+        foreign = await asyncio.to_thread(n.sim.carve, 0, "1g.10gb", first.start)
         gate.open()
         await n.phase(a, "Running")
         [claim] = await n.claims_of(a)
         assert claim.id != first.id and claim.start != first.start
         assert sorted(i.uuid for i in await n.instances()) == sorted(
-            [foreign.uuid, claim.instance.uuid])
+            [foreign.uuid, instance_of(claim).uuid])
 
 
 async def test_inv2_an_undo_that_cannot_destroy_is_left_to_the_reclaimer(nc, js, node) -> None:
     gate = Gate()
     async with node_stack(nc, node, gate=gate) as n:
-        n.driver.fail("destroy", 1)  # the allocator's undo will fail once
+        n.sim.fail("destroy", 1)  # the allocator's undo will fail once
         a = await released_during_create(n, gate)
 
         await n.phase(a, "Failed")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from allocator.allocator_harness import MIG, node_stack, until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,8 @@ from schemas.names import BUCKET_CAPACITY, capacity_key
 from services.allocator import catalog
 from services.allocator.advertise import advertise
 from services.allocator.snapshot import Snapshot
-from tests_support import make_claim
+from tests_support import make_claim, until
+from tests_support.allocator import MIG, node_stack
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"
@@ -68,6 +68,7 @@ async def test_inv5_releasing_claim_tokens_unhealthy_until_destroy_confirmed(
                                  f"instances: {await n.instances()}") from None
         assert n.devices(R1)[token] == "Unhealthy"
         doc = await capacity_doc(js, node)
+        assert doc is not None
         assert doc.resources[R7].healthy == 0  # the claim alone still covers slice 0
 
         await n.store.update(0, lambda d: machine.remove(d, claim.id))  # destroy confirmed
@@ -92,7 +93,7 @@ async def test_tokens_of_a_finished_pod_are_unhealthy_until_reclaimed(nc, js, no
 async def test_inv5_a_foreign_instance_lowers_capacity(nc, js, node) -> None:
     async with node_stack(nc, node) as n:
         await n.wait_healthy(R7, 1)
-        foreign = await asyncio.to_thread(n.driver.carve, 0, "3g.40gb", 0)
+        foreign = await asyncio.to_thread(n.sim.carve, 0, "3g.40gb", 0)
         await n.wait_healthy(R7, 0)
         await n.wait_healthy(R3, 1)
         await n.wait_healthy(R1, 3)
@@ -103,6 +104,7 @@ async def test_inv5_a_foreign_instance_lowers_capacity(nc, js, node) -> None:
                                            for i in doc.cards[0].instances)
         await until(reported, "pk-capacity lists the foreign instance")
         doc = await capacity_doc(js, node)
+        assert doc is not None
         assert doc.cards[0].free["7g.80gb"] == 0 and doc.cards[0].free["3g.40gb"] == 1
         assert doc.resources[R7].free == 0 and doc.resources[R7].unhealthy == 1
 

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from allocator.allocator_harness import MIG, until
-from allocator.allocator_peers import TableWatcher
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
@@ -25,6 +23,9 @@ from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.registration import endpoint_name
+from tests_support import until
+from tests_support.allocator import MIG
+from tests_support.allocator_peers import TableWatcher
 
 R3 = MIG + "3g.40gb"
 TOKEN = "3g.40gb-1"
@@ -46,7 +47,7 @@ async def start(directory: Path, url: str, node: str, faults: str) -> asyncio.su
         sys.executable, "-m", "services.allocator", env=env, stdout=log, stderr=log)
     log.close()
     await until(lambda: answers(socket, proc), "the allocator process serves its plugin sockets",
-                deadline=30)
+                timeout=30)
     assert proc.returncode is None, (directory / "allocator.log").read_text()
     return proc
 

@@ -16,6 +16,7 @@ from partkeeper.drivers import Card, Instance
 from partkeeper.drivers.base import slot_identity
 from partkeeper.drivers.profiles import model
 from schemas import CardClaims, Claim, ContainerRequest, LiveInstance, PodRecord
+from schemas.events import ClaimState
 from services.allocator import blockers, catalog, podmatch, retry, tokens
 from services.allocator.snapshot import Snapshot
 from tests_support import UID, make_claim
@@ -24,7 +25,7 @@ OTHER = "7c1e1a4e-1111-4e5f-8a9b-0c1d2e3f4a5b"
 R = "nvidia.com/mig-test"
 
 
-def claim(cid: str, tokens_: list[str], *, state: str = "active", uid: str = UID,
+def claim(cid: str, tokens_: list[str], *, state: ClaimState = "active", uid: str = UID,
           container: str = "main", created: float = 0.0, start: int = 0, size: int = 1,
           card: int = 0, resource: str = R) -> Claim:
     return msgspec.structs.replace(
@@ -136,7 +137,7 @@ def test_reclaim_plan_names_only_the_dead_holders_in_the_way() -> None:
     b, ib = live(claim("b", ["y"], start=4, size=4), 2)
     # 3g fits at 4 once b (dead) is destroyed; a (live) stays.
     plan = blockers.reclaim_plan(THREE, snap([a, b], [ia, ib], {UID}), 1)
-    assert [c.id for c in plan] == ["b"]
+    assert plan is not None and [c.id for c in plan] == ["b"]
     # 7g needs the whole card: a is live, so there is no plan, and a's Pod is a suspect.
     assert blockers.reclaim_plan(SEVEN, snap([a, b], [ia, ib], {UID}), 1) is None
     assert blockers.suspects(SEVEN, snap([a, b], [ia, ib], {UID})) == [OTHER]
@@ -147,7 +148,7 @@ def test_reclaim_plan_counts_foreign_instances_and_releasing_claims() -> None:
     foreign = Instance(0, "1g.10gb", 0, 1, 3, 0, "MIG-foreign")
     assert blockers.reclaim_plan(SEVEN, snap([b], [ib, foreign], set()), 1) is None
     plan = blockers.reclaim_plan(THREE, snap([b], [ib, foreign], set()), 1)
-    assert [c.id for c in plan] == ["b"]
+    assert plan is not None and [c.id for c in plan] == ["b"]
     text = blockers.describe(SEVEN, snap([b], [ib, foreign], set()), 1, "n1", 30)
     assert "foreign 1g.10gb at slices 0 (MIG-foreign)" in text and "claim b releasing" in text
 
@@ -191,7 +192,7 @@ def test_survivors_skip_malformed_uids() -> None:
 # -- the slice activation transition (a new transition of the claim machine) -----------------
 
 
-def slice_claim(cid: str, start: int, state: str = "creating") -> Claim:
+def slice_claim(cid: str, start: int, state: ClaimState = "creating") -> Claim:
     return msgspec.structs.replace(make_claim(cid, start, 1, state=state), kind="slice",
                                    profile="sliced")
 

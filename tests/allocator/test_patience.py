@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import cast
 
 import nats.errors
 import nats.js.errors
@@ -12,11 +13,14 @@ import pytest
 from partkeeper.bus import NoAnswer, RemoteError
 from partkeeper.claims import StoreReadError
 from services.allocator import patience
+from services.allocator.context import Context
 from services.allocator.snapshot import SnapshotError
 
 
-def ctx(budget: float) -> SimpleNamespace:
-    return SimpleNamespace(options=SimpleNamespace(room_wait_seconds=budget))
+def ctx(budget: float) -> Context:
+    # `waiting` reads only `ctx.options.room_wait_seconds`: a stand-in rather than a whole
+    # allocator (a connection, a driver, a kubelet view) for a pure retry rule.
+    return cast(Context, SimpleNamespace(options=SimpleNamespace(room_wait_seconds=budget)))
 
 
 def unavailable() -> nats.js.errors.APIError:

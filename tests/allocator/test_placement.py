@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partkeeper.drivers import Card, Instance
+from partkeeper.drivers import Card, Instance, Mode
 from partkeeper.drivers.profiles import max_instances, model, overlaps
 from services.allocator import capacity, catalog
 from services.allocator.placement import Spot, covered, place
@@ -127,7 +127,7 @@ def test_placeable_is_the_true_maximum_and_never_counts_a_covered_slot(profile, 
 # -- the catalog ----------------------------------------------------------------------------
 
 
-def card(index: int, model_name: str, mode: str = "partition") -> Card:
+def card(index: int, model_name: str, mode: Mode = "partition") -> Card:
     return Card(index, f"GPU-{index}", model_name, mode, model(model_name).memory_mib)
 
 

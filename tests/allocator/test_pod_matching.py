@@ -11,11 +11,13 @@ from dataclasses import replace
 import grpc
 import nats.errors
 import pytest
-from allocator.allocator_harness import FAST, MIG, new_uid, node_stack, until
 
 from partkeeper.claims import ClaimsStore, machine
 from partkeeper.drivers import InstanceSpec
 from schemas import Claim
+from tests_support import instance_of, until
+from tests_support.allocator import FAST, MIG, new_uid, node_stack
+from tests_support.kubelet import pod_record
 
 R1 = MIG + "1g.10gb"
 R3 = MIG + "3g.40gb"
@@ -53,9 +55,9 @@ async def test_token_freed_under_a_running_pod_is_not_taken_for_its_retry(nc, js
         [new] = await n.claims_of(b)
         assert new.state == "active" and new.id != old.id
         assert await n.claims_of(a) == []
-        assert old.instance is not None and n.reclaimer.destroyed == [old.instance.uuid]
-        served = n.kubelet.record(b).containers["main"].responses[R7]
-        assert served.envs["NVIDIA_VISIBLE_DEVICES"] == new.instance.uuid
+        assert n.reclaimer.destroyed == [instance_of(old).uuid]
+        served = pod_record(n.kubelet, b).containers["main"].responses[R7]
+        assert served.envs["NVIDIA_VISIBLE_DEVICES"] == instance_of(new).uuid
 
 
 async def test_token_of_a_pod_still_live_is_refused_naming_both_pods(nc, js, node) -> None:
@@ -74,7 +76,7 @@ async def test_token_of_a_pod_still_live_is_refused_naming_both_pods(nc, js, nod
         report = n.report(b)
         assert "default/a" in report and "default/b" in report
         assert [c.id for c in await n.claims()] == [old.id]
-        assert [i.uuid for i in await n.instances()] == [old.instance.uuid]
+        assert [i.uuid for i in await n.instances()] == [instance_of(old).uuid]
 
 
 async def test_older_pod_rejected_before_allocate_is_not_served(nc, js, node) -> None:
@@ -148,7 +150,7 @@ async def test_room_held_by_a_stale_creating_claim_of_a_gone_pod_is_reclaimed(
         reply = await n.allocate(R1, ["1g.10gb-0"])
 
         [new] = await n.claims()
-        assert new.pod_uid == b and reply.envs["NVIDIA_VISIBLE_DEVICES"] == new.instance.uuid
+        assert new.pod_uid == b and reply.envs["NVIDIA_VISIBLE_DEVICES"] == instance_of(new).uuid
         assert [i.profile for i in await n.instances()] == ["1g.10gb"]
 
 
@@ -160,7 +162,7 @@ async def test_claim_write_with_an_unknown_outcome_leaves_no_orphan(
     original = ClaimsStore.update
     timed_out: list[int] = []
 
-    async def reply_lost(self: ClaimsStore, card: int, mutate, **kw):  # type: ignore[no-untyped-def]
+    async def reply_lost(self: ClaimsStore, card: int, mutate, **kw):
         written = await original(self, card, mutate, **kw)
         if getattr(mutate, "func", None) is machine.begin and not timed_out:
             timed_out.append(card)
@@ -204,11 +206,11 @@ async def test_an_init_containers_partition_is_reused_by_the_app_container(nc, j
 
         [claim] = await n.claims_of(a)
         assert claim.container == "setup" and claim.state == "active"
-        responses = n.kubelet.record(a).containers
+        responses = pod_record(n.kubelet, a).containers
         for container in ("setup", "main"):
             envs = responses[container].responses[R3].envs
-            assert envs["NVIDIA_VISIBLE_DEVICES"] == claim.instance.uuid
-        assert [i.uuid for i in await n.instances()] == [claim.instance.uuid]
+            assert envs["NVIDIA_VISIBLE_DEVICES"] == instance_of(claim).uuid
+        assert [i.uuid for i in await n.instances()] == [instance_of(claim).uuid]
 
 
 async def test_cancelled_wait_for_the_pod_to_be_told_writes_nothing(nc, js, node) -> None:

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from allocator.allocator_harness import FAST, MIG, SLICED, node_stack, until
-from allocator.allocator_peers import TableWatcher
 
 from partkeeper.bus import request
 from partkeeper.bus.kv import Bucket
@@ -27,6 +25,10 @@ from schemas import ClaimsQuery, ClaimsReply
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS, claims_query_subject
 from services.allocator.main import serve
 from services.allocator.registration import endpoint_name
+from tests_support import instance_of, until
+from tests_support.allocator import FAST, MIG, SLICED, node_stack
+from tests_support.allocator_peers import TableWatcher
+from tests_support.kubelet import pod_record
 
 pb = deviceplugin_pb2
 R1 = MIG + "1g.10gb"
@@ -74,7 +76,7 @@ async def test_logical_slices(nc, js, node) -> None:
         [claim] = await n.claims_of(a)
         assert (claim.kind, claim.profile, claim.card, claim.start, claim.size, claim.state) == (
             "slice", "sliced", 1, 0, 1, "active")
-        response = n.kubelet.record(a).containers["main"].responses[SLICED]
+        response = pod_record(n.kubelet, a).containers["main"].responses[SLICED]
         card = (await asyncio.to_thread(n.driver.cards))[1]
         assert response.envs["NVIDIA_VISIBLE_DEVICES"] == card.uuid
         assert response.envs["PK_SLICE_MEMORY_MIB"] == str(40 * 1024 // 4)
@@ -161,7 +163,7 @@ async def test_two_allocators_racing_on_one_card_never_overlap(nc, js, node) -> 
         assert not any(overlaps(a, b) for i, a in enumerate(spans) for b in spans[i + 1:])
         instances = await asyncio.to_thread(driver.instances, 0)
         assert sorted(i.uuid for i in instances) == sorted(uuids)
-        assert {c.instance.uuid for c in claims} == set(uuids)
+        assert {instance_of(c).uuid for c in claims} == set(uuids)
     finally:
         for task in tasks:
             task.cancel()
@@ -177,7 +179,7 @@ async def test_inv9_unreadable_hardware_refuses_and_keeps_the_advertised_lists(
         before = n.devices(R1)
         await n.watcher.add(n.watcher.record("0d1e2f3a-4b5c-4d6e-8f7a-8b9c0d1e2f3a", "b",
                                              {"main": {R1: 1}}))
-        n.driver.fail("list", 1000)  # every enumeration fails from now on
+        n.sim.fail("list", 1000)  # every enumeration fails from now on
         try:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await n.allocate(R1, ["1g.10gb-0"])
@@ -186,6 +188,6 @@ async def test_inv9_unreadable_hardware_refuses_and_keeps_the_advertised_lists(
             assert await n.claims() == []
             assert n.devices(R1) == before  # a failed read is never taken as "no instances"
         finally:
-            n.driver.fail("list", 0)
+            n.sim.fail("list", 0)
         await n.allocate(R1, ["1g.10gb-0"])
         assert len(await n.claims()) == 1

@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from allocator.allocator_harness import FAST, SLICED, node_stack, until
 from prometheus_client import REGISTRY
 
 from partkeeper import limiter
@@ -34,7 +33,9 @@ from schemas import NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
 from services.allocator import slices
 from services.allocator.main import serve
-from tests_support import make_claim
+from tests_support import make_claim, until
+from tests_support.allocator import FAST, SLICED, node_stack
+from tests_support.kubelet import pod_record
 
 MIB_A100 = 40 * 1024  # the sim's A100-40GB
 
@@ -65,7 +66,7 @@ async def test_hami_core_reply_carries_its_documented_env_and_mounts(
         await n.wait_healthy(SLICED, 4)
         a = await n.add_pod("a", {"main": {SLICED: 2}})
         await n.phase(a, "Running")
-        response = n.kubelet.record(a).containers["main"].responses[SLICED]
+        response = pod_record(n.kubelet, a).containers["main"].responses[SLICED]
         env = dict(response.envs)
         assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{MIB_A100 * 2 // 4}m"
         assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in env  # one card, one device
@@ -110,7 +111,7 @@ async def test_hami_core_cdi_spec_carries_the_same_edits(nc, js, node, tmp_path)
                           options=options, real_reclaimer=True) as n:
         a = await n.add_pod("a", {"main": {SLICED: 1}})
         await n.phase(a, "Running")
-        response = n.kubelet.record(a).containers["main"].responses[SLICED]
+        response = pod_record(n.kubelet, a).containers["main"].responses[SLICED]
         [claim] = await n.claims_of(a)
         assert [d.name for d in response.cdi_devices] == [f"partkeeper.io/partition={claim.id}"]
         [spec_file] = cdi_dir.iterdir()
@@ -155,7 +156,7 @@ async def test_without_a_limiter_slices_are_reported_unenforced(
     async with node_stack(nc, node, sliced=("A100-40GB",)) as n:
         a = await n.add_pod("a", {"main": {SLICED: 1}})
         await n.phase(a, "Running")
-        response = n.kubelet.record(a).containers["main"].responses[SLICED]
+        response = pod_record(n.kubelet, a).containers["main"].responses[SLICED]
         assert not any(k.startswith("CUDA_DEVICE_") for k in response.envs)
         assert response.envs["PK_SLICE_ENFORCED"] == "false"
         assert "/etc/ld.so.preload" not in {m.container_path for m in response.mounts}
@@ -179,7 +180,8 @@ def test_probe_reports_whether_the_limiter_files_are_present(tmp_path) -> None:
     assert found["files"] == {str(lib / "libvgpu.so"): True, str(lib / "ld.so.preload"): True}
     (lib / "ld.so.preload").unlink()
     found = limiter.report(config)
-    assert found["enforced"] is False and found["files"][str(lib / "ld.so.preload")] is False
+    assert found["enforced"] is False
+    assert found["files"] == {str(lib / "libvgpu.so"): True, str(lib / "ld.so.preload"): False}
     assert "NOT enforced" in str(found["line"])
     none = limiter.report(Config(slice_limiter="none"))
     assert none["files"] == {} and "PK_SLICE_LIMITER=none" in str(none["line"])

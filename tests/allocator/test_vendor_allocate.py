@@ -9,10 +9,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from allocator.allocator_harness import FAST, MIG, node_stack
 from drivers.vendor_rigs import Rig, hygon_rig, open_dmi, open_hgml, thead_rig
 
 from partkeeper.drivers import Driver
+from tests_support import instance_of
+from tests_support.allocator import FAST, MIG, node_stack
+from tests_support.kubelet import pod_record
 
 R2G = f"{MIG}2g.15gb"
 B = "0b6c1f7e-3a2d-4e5f-9a8b-7c6d5e4f3a2b"
@@ -23,11 +25,11 @@ async def test_a_dcu_partition_reaches_the_container_through_hygon_s_variable(nc
         uid = await n.add_pod("a", {"main": {R2G: 1}})
         await n.phase(uid, "Running")
         [claim] = await n.claims_of(uid)
-        reply = n.kubelet.record(uid).containers["main"].responses[R2G]
+        reply = pod_record(n.kubelet, uid).containers["main"].responses[R2G]
         assert claim.instance is not None
-        assert reply.envs["DMI_MIG_VISIBLE_DEVICE"] == claim.instance.uuid
+        assert reply.envs["DMI_MIG_VISIBLE_DEVICE"] == instance_of(claim).uuid
         assert "NVIDIA_VISIBLE_DEVICES" not in reply.envs
-        assert reply.envs["PK_PARTITION_UUIDS"] == claim.instance.uuid
+        assert reply.envs["PK_PARTITION_UUIDS"] == instance_of(claim).uuid
 
 
 async def test_two_dcu_partitions_for_one_container_are_refused_unclaimed(nc, js, node) -> None:
@@ -76,7 +78,7 @@ async def test_a_sliced_card_reaches_the_container_through_its_vendor_s_nodes(
     async with node_stack(nc, node, driver=driver, slices_per_card=1) as n:
         uid = await n.add_pod("a", {"main": {resource: count}})
         await n.phase(uid, "Running")
-        reply = n.kubelet.record(uid).containers["main"].responses[resource]
+        reply = pod_record(n.kubelet, uid).containers["main"].responses[resource]
         assert [d.container_path for d in reply.devices] == devices
         assert all(d.host_path == str(rig.root) + d.container_path for d in reply.devices)
         assert "NVIDIA_VISIBLE_DEVICES" not in reply.envs

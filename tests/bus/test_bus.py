@@ -24,8 +24,7 @@ from schemas.names import (
     pods_subject,
 )
 from tests_support import until
-
-from .bus_harness import UID, gone, runner
+from tests_support.bus import UID, gone, runner
 
 
 async def run_until(r: ConsumerRunner, done: asyncio.Event, timeout: float = 20) -> None:

@@ -18,9 +18,8 @@ from partkeeper.lifecycle import cancel_all
 from schemas import PodGone, PodsGet, PodsGetReply
 from schemas.names import pods_get_subject, pods_subject
 from tests_support import until
+from tests_support.bus import UID, gone, runner
 from tests_support.faultproxy import FaultProxy
-
-from .bus_harness import UID, gone, runner
 
 pytestmark = pytest.mark.timeout(120)
 

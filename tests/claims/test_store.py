@@ -8,6 +8,7 @@ import pytest
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore, StoreReadError, TransitionError, machine
+from partkeeper.claims.store import Mutation
 from schemas.names import claims_key
 from tests_support import make_claim
 
@@ -31,9 +32,12 @@ async def test_concurrent_writers_never_lose_an_update(js, node: str) -> None:
 async def test_overlapping_racers_only_one_wins(js, node: str) -> None:
     kv = await Bucket.open(js, "pk-claims")
     stores = [ClaimsStore(kv, node) for _ in range(4)]
+
+    def begin(i: int) -> Mutation:
+        return lambda d: machine.begin(d, make_claim(f"r{i}", 0, 4, card=1))
+
     results = await asyncio.gather(
-        *(s.update(1, lambda d, i=i: machine.begin(d, make_claim(f"r{i}", 0, 4, card=1)))
-          for i, s in enumerate(stores)),
+        *(s.update(1, begin(i)) for i, s in enumerate(stores)),
         return_exceptions=True,
     )
     wins = [r for r in results if not isinstance(r, Exception)]

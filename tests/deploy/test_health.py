@@ -15,7 +15,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,7 +43,7 @@ def _get(port: int, path: str) -> tuple[int, dict | str]:
 
 
 @pytest.fixture
-def workdir() -> Path:
+def workdir() -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix="pkh", dir="/tmp"))  # short: unix socket paths
     init_state(directory / "sim.json", ["H100-80GB"], [])
     yield directory
@@ -147,6 +147,10 @@ async def test_allocator_that_cannot_serve_in_the_kubelet_dir_exits_with_one_lin
     assert str(workdir / "file" / "dp") in line["msg"]
 
 
+def _broken() -> bool:
+    raise ZeroDivisionError("the check itself fails")
+
+
 def test_readiness_needs_every_condition_and_forgets_them_with_their_scope() -> None:
     health = Health()
     assert health.readiness() == (False, {})  # nothing said yet is not ready
@@ -154,7 +158,7 @@ def test_readiness_needs_every_condition_and_forgets_them_with_their_scope() -> 
     with health.condition("nats", lambda: up["value"]):
         assert health.readiness() == (False, {"nats": False})
         up["value"] = True
-        with health.condition("kubelet", lambda: 1 / 0):  # a failing check does not hold
+        with health.condition("kubelet", _broken):  # a failing check does not hold
             assert health.readiness() == (False, {"kubelet": False, "nats": True})
         assert health.readiness() == (True, {"nats": True})
     assert health.readiness() == (False, {})
@@ -166,4 +170,5 @@ def test_liveness_fails_when_the_loop_stops_beating() -> None:
     health.stamp()
     assert health.liveness()[0]
     stamped = health._last_beat
+    assert stamped is not None
     assert not health.liveness(now=stamped + 16)[0]

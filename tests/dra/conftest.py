@@ -9,12 +9,6 @@ import pytest
 from kubernetes import client, config
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # The same markers tests/stack registers; this directory is collected first.
-    config.addinivalue_line("markers", "demo: `partkeeper up --demo` end to end")
-    config.addinivalue_line("markers", "stack: starts the whole embedded stack")
-
-
 @pytest.fixture
 def resource_api(kubeconfig: Path) -> Iterator[client.ResourceV1Api]:
     api = client.ResourceV1Api(config.new_client_from_config(config_file=str(kubeconfig)))

@@ -24,7 +24,7 @@ def published() -> tuple[Body, Body]:
     return counters, devices
 
 
-def _many_devices(body: Body, n: int, consuming: bool) -> None:
+def _many_devices(body: Body, n: int, consuming: bool) -> Body:
     first = body["spec"]["devices"][0]
     made = []
     for i in range(n):
@@ -34,6 +34,14 @@ def _many_devices(body: Body, n: int, consuming: bool) -> None:
             device.pop("consumesCounters")
         made.append(device)
     body["spec"]["devices"] = made
+    return body
+
+
+def _set(body: Body, target: Body, key: str, value: Any) -> Body:
+    """`body` after `target[key] = value` (`target` lies inside `body`): a spoiler in one
+    expression."""
+    target[key] = value
+    return body
 
 
 def _device(body: Body) -> Body:
@@ -44,20 +52,20 @@ def _device(body: Body) -> Body:
 BAD: list[tuple[str, str, Callable[[Body, Body], Body]]] = [
     ("devices and counters", "only one of", lambda c, d: {
         **d, "spec": {**d["spec"], "sharedCounters": c["spec"]["sharedCounters"]}}),
-    ("65 consuming devices", "at most 64", lambda c, d: (_many_devices(d, 65, True), d)[1]),
-    ("129 devices", "at most 128", lambda c, d: (_many_devices(d, 129, False), d)[1]),
+    ("65 consuming devices", "at most 64", lambda c, d: _many_devices(d, 65, True)),
+    ("129 devices", "at most 128", lambda c, d: _many_devices(d, 129, False)),
     ("9 counter sets", "at most 8", lambda c, d: {**c, "spec": {**c["spec"], "sharedCounters": [
         {"name": f"s-{i}", "counters": {"x": {"value": "1"}}} for i in range(9)]}}),
     ("33 counters in a set", "at most 32", lambda c, d: {**c, "spec": {**c["spec"],
         "sharedCounters": [{"name": "s", "counters": {
             f"c-{i}": {"value": "1"} for i in range(33)}}]}}),
-    ("3 consumptions", "at most 2", lambda c, d: (_device(d).__setitem__("consumesCounters", [
-        {"counterSet": f"s-{i}", "counters": {"x": {"value": "1"}}} for i in range(3)]), d)[1]),
+    ("3 consumptions", "at most 2", lambda c, d: _set(d, _device(d), "consumesCounters", [
+        {"counterSet": f"s-{i}", "counters": {"x": {"value": "1"}}} for i in range(3)])),
     ("33 attributes and capacities", "must not exceed 32", lambda c, d: (
         _device(d)["attributes"].update(
             {f"{DRIVER}/a{i}": {"int": i} for i in range(28)}), d)[1]),
-    ("a device name that is no DNS label", "DNS label", lambda c, d: (
-        _device(d).__setitem__("name", "GPU_0"), d)[1]),
+    ("a device name that is no DNS label", "DNS label",
+     lambda c, d: _set(d, _device(d), "name", "GPU_0")),
     ("a counter name that is no DNS label", "DNS label", lambda c, d: (
         c["spec"]["sharedCounters"][0]["counters"].__setitem__("Memory.0", {"value": "1"}),
         c)[1]),

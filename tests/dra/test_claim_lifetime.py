@@ -10,15 +10,16 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from partkeeper.dra import DRIVER
 from schemas import Claim
+from schemas.events import ClaimState
 from services.allocator.dra.ends import ending
-from services.reclaimer.decide import Sighting, Step, decide
+from services.reclaimer.decide import PodVerdict, Sighting, Step, decide
 from tests_support import make_claim
 
 NODE = "node-a"
 DEVICE = "gpu-0-mig-1g10gb-0"
 
 
-def dra_claim(*, unprepared_at: float = 0.0, state: str = "active") -> Claim:
+def dra_claim(*, unprepared_at: float = 0.0, state: ClaimState = "active") -> Claim:
     claim = make_claim("c.dev", 0, 1, state=state)
     return msgspec.structs.replace(
         claim, device_ids=[DEVICE], resource_claim="default/c1", resource_claim_uid="rc-1",
@@ -48,7 +49,7 @@ def test_ending(claim: Claim, answer, released: bool) -> None:
 
 
 @pytest.mark.parametrize("pod", ["gone", "finished"])
-def test_reclaimer_never_releases_a_dra_claim_on_its_first_pods_end(pod: str) -> None:
+def test_reclaimer_never_releases_a_dra_claim_on_its_first_pods_end(pod: PodVerdict) -> None:
     seen = Sighting(listed=True, present=None)
     shared = decide(dra_claim(), Sighting(listed=False), pod, 100.0, create_timeout=30)
     assert shared.step is Step.KEEP, "the ResourceClaim may still be used by another Pod"

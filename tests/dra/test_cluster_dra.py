@@ -9,14 +9,14 @@ import contextlib
 import logging
 from typing import Any
 
-from allocator.allocator_harness import until
-from dra.dra_harness import NAMESPACE, claim_body, dra_node
 from kubernetes import client, config
 
 from partkeeper.dra import DRIVER
 from partkeeper.sim.kubelet.cluster import ClusterPodSource
 from partkeeper.sim.kubelet.dra import DraKubelet
 from partkeeper.sim.scheduler.loop import DraScheduler
+from tests_support import until
+from tests_support.dra import NAMESPACE, claim_body, dra_node
 
 
 def pod_body(name: str, template: str) -> dict[str, Any]:

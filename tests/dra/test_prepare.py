@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import uuid
 
-from allocator.allocator_harness import until
-from dra.dra_harness import dra_node
-
 from partkeeper.dra import DRIVER
 from partkeeper.health import HEALTH
 from partkeeper.kubelet import dra_registration_pb2, dra_registration_pb2_grpc, open_unix_channel
+from tests_support import until
+from tests_support.dra import dra_node
 
 
 def uid() -> str:
@@ -82,7 +81,7 @@ async def test_claim_with_another_uid_prepares_nothing(nc, js, node, kubeconfig)
 
 async def test_unallocated_or_unreserved_claims_prepare_nothing(nc, js, node, kubeconfig) -> None:
     async with dra_node(nc, node, kubeconfig) as stack:
-        from dra.dra_harness import claim_body
+        from tests_support.dra import claim_body
 
         made = stack.api.create_namespaced_resource_claim("default", claim_body("bare",
                                                                                   "1g.10gb"))

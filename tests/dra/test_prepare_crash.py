@@ -15,8 +15,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from allocator.allocator_harness import until
-from dra.dra_harness import NAMESPACE, claim_body
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
@@ -31,6 +29,8 @@ from partkeeper.kubelet import (
     open_unix_channel,
 )
 from schemas.names import BUCKET_CLAIMS
+from tests_support import until
+from tests_support.dra import NAMESPACE, claim_body
 
 DEVICE = "gpu-0-mig-3g40gb-4"
 
@@ -54,7 +54,7 @@ async def start(directory: Path, env: dict) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.allocator", env=env, stdout=log, stderr=log)
     log.close()
-    await until(lambda: answers(registration, proc), "the DRA plugin answers", deadline=30)
+    await until(lambda: answers(registration, proc), "the DRA plugin answers", 30)
     assert proc.returncode is None, (directory / "allocator.log").read_text()
     return proc
 

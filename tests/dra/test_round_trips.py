@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import uuid
 
-from allocator.allocator_harness import until
-from dra.dra_harness import dra_node
-
 from partkeeper.bus.trips import count, kinds, new_trace
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.kubelet import dra_pb2_grpc, open_unix_channel
+from tests_support import until
+from tests_support.dra import dra_node
 
 # One prepare of a claim the scheduler allocated, prepared once (the common case): see
 # docs/benchmarks.md, "DRA prepare".

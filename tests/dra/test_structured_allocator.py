@@ -23,6 +23,14 @@ def card(index: int) -> Card:
     return Card(index, f"GPU-{index}", "H100-80GB", "partition", 81920)
 
 
+def named(device: str, cards: list[Card]) -> devices.DeviceSpec:
+    """The spec `device` names on `cards`, failing the test where it names none of them."""
+    spec = devices.parse(device, cards)
+    if spec is None:
+        raise AssertionError(f"{device} names no device of cards {[c.index for c in cards]}")
+    return spec
+
+
 def request(name: str, profile: str, count: int = 1) -> dict:
     selector = f'device.attributes["{DRIVER}"].profile == "{profile}"'
     return {"metadata": {"name": name}, "spec": {"devices": {"requests": [{
@@ -95,7 +103,7 @@ def test_incomplete_pools_are_not_used() -> None:
     ('device.attributes["other.io"].profile == "1g.10gb"', False),
 ])
 def test_cel_subset(expression: str, expected: bool) -> None:
-    dev = slices.device(devices.parse("gpu-0-mig-1g10gb-6", [card(0)]))
+    dev = slices.device(named("gpu-0-mig-1g10gb-6", [card(0)]))
     assert cel.matches(expression, dev, DRIVER) is expected
 
 
@@ -130,7 +138,7 @@ def test_random_mixes_never_over_admit(ncards: int, steps) -> None:
                 got = alloc.allocate(inv, CLASSES, current, [request(f"c{n}", profile)])
             except alloc.Unsatisfiable:
                 continue
-            spec = devices.parse(got[f"c{n}"][0]["device"], cards)
+            spec = named(got[f"c{n}"][0]["device"], cards)
             others = [alloc_of[c] for c in alloc_of] + releasing
             taken = [s.range for s in others if s.card == spec.card]
             taken += [i.placement for i in foreign if i.card == spec.card]

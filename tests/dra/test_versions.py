@@ -4,10 +4,10 @@ with a sentence naming the version it found."""
 from __future__ import annotations
 
 import pytest
-from dra.dra_harness import dra_node
 
 from partkeeper.errors import StartupError
 from services.allocator.dra.versions import refusal
+from tests_support.dra import dra_node
 
 
 @pytest.mark.parametrize(("document", "refused"), [

@@ -9,6 +9,7 @@ from the profile tables, never from which driver it is.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -208,11 +209,12 @@ def test_destroy_with_a_wrong_identity_is_refused(harness: Harness, change: str)
     small = harness.smallest
     inst = harness.driver.create(InstanceSpec(0, small.name, small.starts[0]))
     other = next(n for n in harness.tables if n != small.name)
-    wrong = dataclasses.replace(inst, **{
+    changes: dict[str, dict[str, Any]] = {
         "uuid": {"uuid": "MIG-00000000-0000-0000-0000-000000000000"},
         "start": {"start": small.starts[1]},
         "profile": {"profile": other},
-    }[change])  # fmt: skip
+    }
+    wrong = dataclasses.replace(inst, **changes[change])
     assert not harness.driver.same_partition(wrong, inst)
     with pytest.raises(IdentityMismatchError) as err:
         harness.driver.destroy(wrong)
@@ -294,7 +296,8 @@ def test_whole_cards_are_handed_over_as_their_vendor_hands_them(harness: Harness
         assert [(m.container_path, m.read_only) for m in edits.mounts] == [
             (path, True) for path in nodes.mounts]
         # Host paths are the container paths under the driver root.
-        assert all(e.host_path.endswith(e.container_path) for e in (*edits.devices, *edits.mounts))
+        assert all(d.host_path.endswith(d.container_path) for d in edits.devices)
+        assert all(m.host_path.endswith(m.container_path) for m in edits.mounts)
 
 
 def test_probe_view_shows_the_library_beside_the_tables(harness: Harness) -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes import dmi as fake_dmi
@@ -35,7 +36,7 @@ def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vendor_libraries: dict[
     assert count == 0, f"the driver passed DMI what the library rejects: {last}"
 
 
-def _address(fn: object) -> int:
+def _address(fn: Any) -> int:  # a ctypes function pointer, typed as `clib` types them
     return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 
 from partkeeper.bus.kv import Bucket
@@ -21,6 +22,7 @@ from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
 from partkeeper.drivers.base import Instance, InstanceSpec, UnknownError
 from schemas import CardClaims, Claim, LiveInstance
+from schemas.events import ClaimState
 from services.allocator import partitions
 from services.allocator.context import Context
 from services.reclaimer.decide import Step, decide, sighting
@@ -29,16 +31,18 @@ from tests_support import make_claim
 from .harness import Harness
 
 
-def _claim(spec: InstanceSpec, size: int, state: str, instance: Instance | None = None) -> Claim:
+def _claim(
+    spec: InstanceSpec, size: int, state: ClaimState, instance: Instance | None = None
+) -> Claim:
     live = instance and LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
     claim = make_claim("c1", spec.start, size, card=spec.card, state=state)
-    return machine.msgspec.structs.replace(claim, profile=spec.profile, instance=live)
+    return msgspec.structs.replace(claim, profile=spec.profile, instance=live)
 
 
-def _recorded(inst: Instance, state: str) -> tuple[Claim, CardClaims]:
+def _recorded(inst: Instance, state: ClaimState) -> tuple[Claim, CardClaims]:
     """A claim in `state` recording `inst`, and its card's document holding only that claim."""
     claim = _claim(inst.spec, inst.size, state, inst)
-    doc = machine.msgspec.structs.replace(machine.empty("n", inst.card), claims={claim.id: claim})
+    doc = msgspec.structs.replace(machine.empty("n", inst.card), claims={claim.id: claim})
     return claim, doc
 
 
@@ -111,7 +115,7 @@ async def test_a_resumed_allocate_completes_a_gpu_instance_left_without_compute_
     claim = _claim(spec, profile.size, "creating")
     await store.update(0, lambda d: machine.begin(d, claim))
     config = Config(node=node, driver=driver.name)  # type: ignore[arg-type]  # a driver's name is one of Config's
-    ctx = Context(config, js._nc, js, store, driver,  # type: ignore[arg-type]  # js._nc: the context's client
+    ctx = Context(config, js._nc, js, store, driver,
                   tuple(driver.cards()), {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
     assert await partitions.adopt(ctx, claim) is None  # no UUID: not adopted as it is
     [active] = await partitions.realise(ctx, [claim], resume=True)

@@ -8,14 +8,16 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Literal
 
+import msgspec
 import pytest
 from fakes.hostfs import char_device
 from fakes.nvml import CAPS_MAJOR, FakeNvml
 
 from partkeeper import cdi
 from partkeeper.bus.kv import Bucket
-from partkeeper.claims import ClaimsStore, machine
+from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
 from partkeeper.drivers import Driver, open_driver
@@ -215,24 +217,24 @@ def test_the_cdi_spec_is_version_0_6_with_the_uuid_and_the_nodes(tmp_path: Path)
 def _active(inst: Instance, cid: str) -> Claim:
     claim = make_claim(cid, inst.start, inst.size, card=inst.card, state="active")
     live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
-    return machine.msgspec.structs.replace(claim, profile=inst.profile, instance=live)
+    return msgspec.structs.replace(claim, profile=inst.profile, instance=live)
 
 
 async def _context(js, node: str, driver: Driver, config: Config) -> Context:
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
-    return Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]  # js._nc: the context's client
+    return Context(config, js._nc, js, store, driver, tuple(driver.cards()),
                    {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
 
 
 @pytest.mark.parametrize("strategy", ["envvar", "cdi"])
 async def test_allocate_response_carries_device_specs_and_cdi_devices(
-    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str, strategy: str,
-    mknod_allowed: None,
+    no_complaints: FakeNvml, roots: Roots, tmp_path: Path, js, node: str,
+    strategy: Literal["envvar", "cdi"], mknod_allowed: None,
 ) -> None:
     driver = _nvml(roots)
     insts = [driver.create(InstanceSpec(0, "1g.10gb", s)) for s in (0, 1)]
     claims = [_active(i, f"c{n}") for n, i in enumerate(insts)]
-    config = Config(node=node, driver="nvml", device_list_strategy=strategy,  # type: ignore[arg-type]  # a parametrized str
+    config = Config(node=node, driver="nvml", device_list_strategy=strategy,
                     cdi_dir=tmp_path / "cdi")
     ctx = await _context(js, node, driver, config)
     nodes, names = await handoff.prepare(ctx, claims)

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from allocator.allocator_harness import node_stack
 from fakes.hostfs import char_device
 from fakes.nvml import FakeNvml
 
 from partkeeper.devices import NVIDIA_MAJOR, MakeNode
 from partkeeper.drivers.nvidia.binding import NvmlDriver
 from partkeeper.sim.kubelet import CREATE_CONTAINER_ERROR, UNEXPECTED_ADMISSION_ERROR
+from tests_support.allocator import node_stack
 
 RESOURCE = "nvidia.com/mig-1g.10gb"  # the H100, card 0
 

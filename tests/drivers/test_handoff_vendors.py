@@ -28,11 +28,11 @@ async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
     driver = open_dmi(rig)
     inst = driver.create(InstanceSpec(0, "4g.31gb", 2))
     claims = [_active(inst, "c0")]
-    config = Config(node=node, driver="dmi", device_list_strategy="cdi",  # type: ignore[arg-type]
+    config = Config(node=node, driver="dmi", device_list_strategy="cdi",
                     cdi_dir=tmp_path / "cdi", driver_root=rig.root)
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
-    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),  # type: ignore[arg-type]
-                  {}, None, None, None)  # type: ignore[arg-type]
+    ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),
+                  {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
     edits, names = await handoff.prepare(ctx, claims)
     response = reply.partition_response(claims, edits, names)
     record = "/etc/dmi_mig_config/ci/dev0gi1ci0.conf"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pytest
 from fakes import dmi as fake_dmi
@@ -17,11 +18,13 @@ from fakes.parts import FakeParts
 from partkeeper.drivers.hygon.binding import DmiDriver
 from partkeeper.drivers.thead.binding import HgmlDriver
 
+F = TypeVar("F", bound=FakeParts)
+
 
 @dataclass
-class Rig:
+class Rig(Generic[F]):
     kind: str
-    fake: FakeParts
+    fake: F  # the vendor's fake, with its own controls
     root: Path
     nodes: bool  # whether the character devices could be made (needs CAP_MKNOD)
 
@@ -33,7 +36,9 @@ class Rig:
         return self.fake.env()
 
 
-def thead_rig(library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, modes: list[bool]) -> Rig:
+def thead_rig(
+    library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, modes: list[bool]
+) -> Rig[fake_hgml.FakeHgml]:
     """PPUs with MIG mode on or off per card, the state in tmp, the host under tmp/host-ppu."""
     root = tmp / "host-ppu"
     root.mkdir()
@@ -46,7 +51,7 @@ def thead_rig(library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, modes: 
 
 def hygon_rig(
     library: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, cards: int, mig: bool = True
-) -> Rig:
+) -> Rig[fake_dmi.FakeDmi]:
     """DCUs under one node-wide MIG mode, the host under tmp/host-dcu."""
     root = tmp / "host-dcu"
     root.mkdir()
@@ -58,9 +63,9 @@ def hygon_rig(
     return Rig("dmi", fake, root, fake_dmi.host_nodes(root, cards))
 
 
-def open_hgml(rig: Rig) -> HgmlDriver:
+def open_hgml(rig: Rig[fake_hgml.FakeHgml]) -> HgmlDriver:
     return HgmlDriver(root=rig.root, paths=[str(rig.fake.library)])
 
 
-def open_dmi(rig: Rig) -> DmiDriver:
+def open_dmi(rig: Rig[fake_dmi.FakeDmi]) -> DmiDriver:
     return DmiDriver(root=rig.root, paths=[str(rig.fake.library)])

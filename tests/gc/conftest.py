@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -19,11 +18,7 @@ from nats.aio.client import Client
 from partkeeper.config import Config
 from partkeeper.stack.natsserver import NatsServer
 from services.gc import main as gc_main
-
-# The GC test modules share their doubles through `gc_doubles`, beside this file.
-sys.path.insert(0, str(Path(__file__).parent))
-
-from gc_doubles import FakeAllocator, FakeWatcher
+from tests_support.gc import FakeAllocator, FakeWatcher
 
 SENTINEL = b"outside data that must survive\n"
 

@@ -7,7 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from partkeeper.workdir import ContainerListing, Entry, PodListing
+from partkeeper.workdir.scan import SlicedState
 from schemas import ClaimsReply, PodsGetReply
+from schemas.events import ClaimState
+from schemas.pods import PodState
 from services.gc.decide import Plan, candidates, decide
 from tests_support import UID, make_claim
 
@@ -19,16 +22,16 @@ def pod(*containers: ContainerListing, others: tuple[Entry, ...] = ()) -> PodLis
     return PodListing(UID, "dir", containers=containers, others=others)
 
 
-def c(name: str, *, descriptors: tuple[str, ...] = (), sliced: str = "absent",
+def c(name: str, *, descriptors: tuple[str, ...] = (), sliced: SlicedState = "absent",
       others: tuple[Entry, ...] = ()) -> ContainerListing:
-    return ContainerListing(f"c-{name}", name, descriptors, sliced, others)  # type: ignore[arg-type]  # the Literal passed as a plain str
+    return ContainerListing(f"c-{name}", name, descriptors, sliced, others)
 
 
-def said(state: str, uid: str = UID) -> PodsGetReply:
-    return PodsGetReply(uid=uid, state=state, evidence="table")  # type: ignore[arg-type]  # the Literal passed as a plain str
+def said(state: PodState, uid: str = UID) -> PodsGetReply:
+    return PodsGetReply(uid=uid, state=state, evidence="table")
 
 
-def claims(*states: str, uid: str = UID) -> ClaimsReply:
+def claims(*states: ClaimState, uid: str = UID) -> ClaimsReply:
     return ClaimsReply(claims=[make_claim(f"k{i}", i, 1, state=s, uid=uid)
                                for i, s in enumerate(states)])
 

@@ -15,7 +15,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from gc_doubles import (
+from nats.js import JetStreamContext
+
+from partkeeper import workdir
+from partkeeper.faults import EXIT_STATUS
+from partkeeper.stack.natsserver import NatsServer
+from schemas.names import STREAM_DLQ, dlq_subject, pods_subject
+from tests_support import until
+from tests_support.gc import (
     Canary,
     FakeAllocator,
     FakeWatcher,
@@ -25,12 +32,6 @@ from gc_doubles import (
     device_seam,
     snapshot,
 )
-from nats.js import JetStreamContext
-
-from partkeeper import workdir
-from partkeeper.faults import EXIT_STATUS
-from partkeeper.stack.natsserver import NatsServer
-from schemas.names import STREAM_DLQ, dlq_subject, pods_subject
 
 StartGc = Callable[..., Awaitable[None]]
 
@@ -152,18 +153,16 @@ async def test_bad_uids_and_malformed_events_are_dead_lettered_and_change_nothin
 
 async def dead_letters(js: JetStreamContext, node: str, count: int) -> list[str]:
     """The Pk-Error headers of the GC's dead letters for this node, once `count` arrived."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 15
     subject = dlq_subject(node, "gc")
-    while True:
+
+    async def arrived() -> bool:
         info = await js.stream_info(STREAM_DLQ, subjects_filter=subject)
-        if (info.state.subjects or {}).get(subject, 0) >= count:
-            break
-        assert loop.time() < deadline, f"fewer than {count} dead letters on {subject}"
-        await asyncio.sleep(0.05)
+        return (info.state.subjects or {}).get(subject, 0) >= count
+
+    await until(arrived, f"{count} dead letters on {subject}", 15)
     sub = await js.subscribe(subject, ordered_consumer=True, stream=STREAM_DLQ)
     try:
-        return [(await sub.next_msg(timeout=5)).headers["Pk-Error"] for _ in range(count)]
+        return [((await sub.next_msg(timeout=5)).headers or {})["Pk-Error"] for _ in range(count)]
     finally:
         await sub.unsubscribe()
 

@@ -14,7 +14,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from gc_doubles import (
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from partkeeper import workdir
+from tests_support import make_claim, until
+from tests_support.gc import (
     Canary,
     FakeAllocator,
     FakeWatcher,
@@ -24,13 +29,7 @@ from gc_doubles import (
     collected_event,
     consumer_state,
     snapshot,
-    until,
 )
-from nats.aio.client import Client
-from nats.js import JetStreamContext
-
-from partkeeper import workdir
-from tests_support import make_claim
 
 StartGc = Callable[..., Awaitable[None]]
 
@@ -162,11 +161,10 @@ async def test_no_watcher_means_nothing_is_deleted(
     before = snapshot(root)
     await start_gc()
     await announce(js, node, "PodGone", uid)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 15
-    while (await consumer_state(js, node)).delivered.consumer_seq < 3:  # retried twice
-        assert loop.time() < deadline, "the GC did not retry the unanswered PodGone"
-        await asyncio.sleep(0.05)
+    async def retried_twice() -> bool:
+        return (await consumer_state(js, node)).delivered.consumer_seq >= 3
+
+    await until(retried_twice, "the GC retried the unanswered PodGone", 15)
     assert snapshot(root) == before
     assert allocator.asked.counts == {}
 

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gc_doubles import FakeAllocator, build_pod, device_seam, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client
@@ -25,6 +24,7 @@ from partkeeper.config import Config
 from partkeeper.workdir.cache import ScanCache
 from schemas import PodsGetReply
 from services.gc.collect import Collector
+from tests_support.gc import FakeAllocator, build_pod, device_seam, snapshot
 
 LATER = 2**62  # a clock far ahead: every ctime counts as settled
 

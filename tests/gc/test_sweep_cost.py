@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gc_doubles import FakeAllocator, FakeWatcher
 from nats.aio.client import Client
 
 from partkeeper import workdir
@@ -19,6 +18,7 @@ from partkeeper.config import Config
 from services.gc import ask
 from services.gc.collect import Collector
 from services.gc.sweep import SweepStats, sweep_once
+from tests_support.gc import FakeAllocator, FakeWatcher
 
 LIVE = ask.BATCH * 2 + 7  # three batches, the last one short
 

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from gc_doubles import device_seam
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partkeeper import workdir
 from partkeeper.workdir import InvalidName, UnsafePath
+from tests_support.gc import device_seam
 
 BAD_UIDS = [
     "", ".", "..", "../etc", "a/b", "/abs", "0B6F4A1E-2C3D-4E5F-8A9B-0C1D2E3F4A5B",

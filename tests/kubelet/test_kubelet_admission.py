@@ -5,16 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kubelet.kubelet_harness import (
-    DEADLINE,
-    RESOURCE,
-    Harness,
-    healthy,
-    is_state,
-    running,
-    state,
-)
-
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
     CREATE_CONTAINER_ERROR,
@@ -23,6 +13,18 @@ from partkeeper.sim.kubelet import (
     pod_manifest,
 )
 from partkeeper.sim.kubelet.runtime import device_error
+from tests_support.kubelet import (
+    DEADLINE,
+    RESOURCE,
+    Harness,
+    healthy,
+    is_state,
+    last_report,
+    pod_record,
+    running,
+    source_pod,
+    state,
+)
 
 pb = deviceplugin_pb2
 OTHER = "example.com/mig-2g.20gb"
@@ -40,7 +42,7 @@ async def test_admission_allocates_the_lowest_free_ids_and_keeps_the_response() 
         await h.wait_phase(uid, "Running")
         assert h.plugin.allocated_ids() == [["dev-1", "dev-2"]]
         assert all(len(r.container_requests) == 1 for r in h.plugin.allocate_calls)
-        container = h.kubelet.record(uid).containers["main"]
+        container = pod_record(h.kubelet, uid).containers["main"]
         assert container.devices == {RESOURCE: ("dev-1", "dev-2")}
         response = container.responses[RESOURCE]
         assert dict(response.envs) == {"FAKE_VISIBLE_DEVICES": "dev-1,dev-2"}
@@ -56,7 +58,7 @@ async def test_one_allocate_per_container_and_resource() -> None:
         )
         await h.wait_phase("uid-multi", "Running")
         assert h.plugin.allocated_ids() == [["d0"], ["d1", "d2"]]
-        containers = h.kubelet.record("uid-multi").containers
+        containers = pod_record(h.kubelet, "uid-multi").containers
         assert containers["first"].devices == {RESOURCE: ("d0",)}
         assert containers["second"].devices == {RESOURCE: ("d1", "d2")}
 
@@ -78,7 +80,7 @@ async def test_unhealthy_devices_are_not_admitted() -> None:
     async with running({"d0": UNHEALTHY, "d1": HEALTHY}) as h:
         uid = add_pod(h, "a", 2)
         await h.wait_phase(uid, "Failed")
-        report = h.source.last_report(uid)
+        report = last_report(h.source, uid)
         assert report.reason == f"OutOf{RESOURCE}"
         assert "requested: 2, used: 0, capacity: 1" in report.message
         assert h.plugin.allocate_calls == []
@@ -91,7 +93,7 @@ async def test_devices_held_by_a_running_pod_are_not_admitted() -> None:
         await h.wait_phase(first, "Running")
         second = add_pod(h, "second", 1)
         await h.wait_phase(second, "Failed")
-        assert h.source.last_report(second).reason == f"OutOf{RESOURCE}"
+        assert last_report(h.source, second).reason == f"OutOf{RESOURCE}"
         assert h.plugin.allocated_ids() == [["d0", "d1"]]
 
 
@@ -99,7 +101,7 @@ async def test_unregistered_resource_is_out_of_resource() -> None:
     async with running(healthy("d0")) as h:
         uid = add_pod(h, "a", 1, resource=OTHER)
         await h.wait_phase(uid, "Failed")
-        assert h.source.last_report(uid).reason == f"OutOf{OTHER}"
+        assert last_report(h.source, uid).reason == f"OutOf{OTHER}"
 
 
 async def test_allocate_error_fails_the_pod_with_unexpected_admission_error() -> None:
@@ -107,7 +109,7 @@ async def test_allocate_error_fails_the_pod_with_unexpected_admission_error() ->
         h.plugin.allocate_error = "card 0 has no room for 1g.10gb"
         uid = add_pod(h, "a", 1)
         await h.wait_phase(uid, "Failed")
-        report = h.source.last_report(uid)
+        report = last_report(h.source, uid)
         assert report.reason == UNEXPECTED_ADMISSION_ERROR
         assert "card 0 has no room for 1g.10gb" in report.message
         assert state(h, uid) is PodState.REJECTED
@@ -135,7 +137,7 @@ async def test_pre_start_is_called_when_the_plugin_asks() -> None:
         h.plugin.pre_start_error = "device reset failed"
         second = add_pod(h, "b", 1)
         await h.wait_phase(second, "Pending")
-        report = h.source.last_report(second)
+        report = last_report(h.source, second)
         assert report.reason == CREATE_CONTAINER_ERROR
         assert "device reset failed" in report.message
         assert state(h, second) is PodState.START_FAILED
@@ -152,7 +154,7 @@ async def test_a_device_spec_naming_a_missing_host_path_fails_the_container(
         h.plugin.host_path = lambda device: str(tmp_path / f"nvidia-cap-{device}")
         uid = add_pod(h, "a", 1)
         await h.wait_phase(uid, "Pending")
-        report = h.source.last_report(uid)
+        report = last_report(h.source, uid)
         assert report.reason == CREATE_CONTAINER_ERROR
         missing = tmp_path / "nvidia-cap-d0"
         assert report.message == (f"container main: failed to generate container spec: device "
@@ -163,7 +165,7 @@ async def test_a_device_spec_naming_a_missing_host_path_fails_the_container(
         (tmp_path / "nvidia-cap-d1").write_text("a regular file")  # exists, but no device
         second = add_pod(h, "b", 1)
         await h.wait_phase(second, "Pending")
-        assert h.source.last_report(second).message.endswith(
+        assert last_report(h.source, second).message.endswith(
             f"{tmp_path / 'nvidia-cap-d1'}: not a device node")
 
 
@@ -173,7 +175,8 @@ def test_the_runtime_takes_character_devices_and_follows_links(tmp_path: Path) -
     assert device_error("/dev/null") is None
     assert device_error(str(tmp_path)) == f"{tmp_path}: not a device node"
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
-    assert device_error(str(tmp_path / "dangling")).startswith(f"lstat {tmp_path / 'dangling'}: ")
+    dangling = device_error(str(tmp_path / "dangling"))
+    assert dangling is not None and dangling.startswith(f"lstat {tmp_path / 'dangling'}: ")
 
 
 async def test_deleted_pod_frees_its_devices_before_it_is_finalized() -> None:
@@ -182,7 +185,7 @@ async def test_deleted_pod_frees_its_devices_before_it_is_finalized() -> None:
         await h.wait_phase(old, "Running")
         h.source.request_delete(old)
         await h.source.wait_for(lambda: old in h.source.finalized, DEADLINE)
-        assert h.source.last_report(old).phase == "Succeeded"
+        assert last_report(h.source, old).phase == "Succeeded"
         assert h.source.pod(old) is None
         # The successor gets the same device at once: the race partkeeper must survive.
         new = add_pod(h, "new", 1)
@@ -196,8 +199,8 @@ async def test_finished_pod_frees_its_devices() -> None:
         await h.wait_phase(uid, "Running")
         await h.kubelet.finish(uid, "Failed", "Error", "exit code 1")
         assert h.kubelet.free(RESOURCE) == ["d0"]
-        assert h.source.last_report(uid).reason == "Error"
-        assert h.source.pod(uid).phase == "Failed"
+        assert last_report(h.source, uid).reason == "Error"
+        assert source_pod(h.source, uid).phase == "Failed"
         # Deleting a finished Pod only removes the object.
         h.source.request_delete(uid)
         await h.source.wait_for(lambda: h.source.pod(uid) is None, DEADLINE)
@@ -224,7 +227,7 @@ async def test_terminating_pod_keeps_devices_until_its_containers_stop() -> None
         # A force delete stops the grace period at once.
         h.source.force_delete(uid)
         await h.kubelet.wait_for(lambda: h.kubelet.free(RESOURCE) == ["d0"], DEADLINE)
-        assert h.kubelet.record(uid).gone
+        assert pod_record(h.kubelet, uid).gone
 
 
 async def test_pending_pod_deleted_before_admission_is_only_finalized() -> None:
@@ -247,7 +250,7 @@ async def test_allocate_in_flight_blocks_later_admissions() -> None:
         h.plugin.allocate_gate.set()
         await h.wait_phase(second, "Running")
         assert h.plugin.allocated_ids() == [["d0"], ["d1"]]
-        assert h.source.last_report(first).phase == "Running"
+        assert last_report(h.source, first).phase == "Running"
 
 
 # -- behaviour of a real kubelet the allocator must survive (docs/kubelet.md) ---------------
@@ -260,10 +263,10 @@ async def test_devices_are_free_when_containers_stop_while_the_status_lags() -> 
         h.kubelet.status_lag = 0.3
         await h.kubelet.finish(uid)
         assert h.kubelet.free(RESOURCE) == ["d0"]  # at once
-        assert h.source.last_report(uid).phase == "Running"  # the API server still says so
+        assert last_report(h.source, uid).phase == "Running"  # the API server still says so
         b = add_pod(h, "b")
         await h.kubelet.wait_for(lambda: is_state(h, b, PodState.RUNNING), DEADLINE)
-        assert h.kubelet.record(b).containers["main"].devices == {RESOURCE: ("d0",)}
+        assert pod_record(h.kubelet, b).containers["main"].devices == {RESOURCE: ("d0",)}
         await h.wait_phase(uid, "Succeeded")  # the API server hears later
 
 
@@ -276,7 +279,7 @@ async def test_a_pod_that_does_not_fit_is_rejected_before_any_allocate() -> None
         assert h.kubelet.free(RESOURCE) == ["d0", "d1"]
         assert h.source.last_report(uid) is None  # still Pending on the API server
         await h.wait_phase(uid, "Failed")
-        assert h.source.last_report(uid).reason == "OutOfcpu"
+        assert last_report(h.source, uid).reason == "OutOfcpu"
 
 
 async def test_init_container_devices_are_reused_by_the_app_container() -> None:
@@ -288,7 +291,7 @@ async def test_init_container_devices_are_reused_by_the_app_container() -> None:
         await h.wait_phase("uid-a", "Running")
         assert h.plugin.allocated_ids() == [["d0"], ["d0", "d1"]]
         assert h.kubelet.free(RESOURCE) == ["d2"]
-        containers = h.kubelet.record("uid-a").containers
+        containers = pod_record(h.kubelet, "uid-a").containers
         assert containers["setup"].devices == {RESOURCE: ("d0",)}
         assert containers["main"].devices == {RESOURCE: ("d0", "d1")}
 
@@ -302,5 +305,5 @@ async def test_pods_are_admitted_in_binding_order_not_creation_order() -> None:
         h.source.add(late)  # bound first, though created later
         h.source.add(early)
         await h.wait_phase("uid-early", "Running")
-        assert h.kubelet.record("uid-late").containers["main"].devices == {RESOURCE: ("d0",)}
-        assert h.kubelet.record("uid-early").containers["main"].devices == {RESOURCE: ("d1",)}
+        assert pod_record(h.kubelet, "uid-late").containers["main"].devices == {RESOURCE: ("d0",)}
+        assert pod_record(h.kubelet, "uid-early").containers["main"].devices == {RESOURCE: ("d1",)}

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from kubelet.kubelet_harness import DEADLINE, FakePlugin, healthy, short_tmpdir
 
 from partkeeper.kubelet import (
     HEALTHY,
@@ -18,6 +17,7 @@ from partkeeper.kubelet import (
     regen,
     unix_target,
 )
+from tests_support.kubelet import DEADLINE, FakePlugin, healthy, short_tmpdir
 
 pb = deviceplugin_pb2
 KUBELET_PKG = Path(regen.__file__).parent

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -18,6 +17,7 @@ from partkeeper.sim.kubelet import SimKubelet
 from partkeeper.sim.kubelet.cluster import ClusterPodSource
 from tests_support import kubeclient as testing
 from tests_support import until
+from tests_support.kubelet import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
 
 NODE = "node-a"
 

@@ -7,8 +7,6 @@ import signal
 import sys
 from pathlib import Path
 
-from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
-
 from partkeeper.kubelet import (
     open_unix_channel,
     podresources_pb2,
@@ -17,6 +15,7 @@ from partkeeper.kubelet import (
 )
 from tests_support import kubeclient as testing
 from tests_support import until
+from tests_support.kubelet import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir
 
 
 async def wait_serving(path: Path) -> None:
@@ -27,13 +26,14 @@ async def wait_serving(path: Path) -> None:
 
 async def wait_allocatable(socket: Path, device: str) -> None:
     """Until kubelet lists `device` as allocatable: Pods arriving earlier fail OutOf<resource>."""
-    async with open_unix_channel(socket) as channel, asyncio.timeout(DEADLINE):
+    async with open_unix_channel(socket) as channel:
         stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
-        while True:
+
+        async def listed() -> bool:
             got = await stub.GetAllocatableResources(podresources_pb2.AllocatableResourcesRequest())
-            if any(device in d.device_ids for d in got.devices):
-                return
-            await asyncio.sleep(0.02)  # poll interval of a condition bounded by DEADLINE
+            return any(device in d.device_ids for d in got.devices)
+
+        await until(listed, f"kubelet lists {device} as allocatable", DEADLINE)
 
 
 async def test_entry_point_runs_until_sigterm(kubeconfig: Path) -> None:

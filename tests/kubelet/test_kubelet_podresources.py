@@ -6,7 +6,10 @@ import asyncio
 
 import grpc
 import pytest
-from kubelet.kubelet_harness import (
+
+from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
+from partkeeper.sim.kubelet import PodState, pod_manifest
+from tests_support.kubelet import (
     DEADLINE,
     RESOURCE,
     Harness,
@@ -14,9 +17,6 @@ from kubelet.kubelet_harness import (
     is_state,
     running,
 )
-
-from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
-from partkeeper.sim.kubelet import PodState, pod_manifest
 
 pb = podresources_pb2
 

@@ -7,14 +7,6 @@ import os
 
 import grpc
 import pytest
-from kubelet.kubelet_harness import (
-    DEADLINE,
-    RESOURCE,
-    FakePlugin,
-    healthy,
-    running,
-    short_tmpdir,
-)
 
 from partkeeper.kubelet import UNHEALTHY, deviceplugin_pb2
 from partkeeper.sim.kubelet import (
@@ -23,6 +15,15 @@ from partkeeper.sim.kubelet import (
     PodState,
     SimKubelet,
     pod_manifest,
+)
+from tests_support.kubelet import (
+    DEADLINE,
+    RESOURCE,
+    FakePlugin,
+    healthy,
+    last_report,
+    running,
+    short_tmpdir,
 )
 
 pb = deviceplugin_pb2
@@ -128,7 +129,7 @@ async def test_restart_during_an_allocate_fails_that_pod_and_keeps_admitting() -
         await h.kubelet.restart()
 
         await h.wait_phase("uid-p", "Failed")
-        assert h.source.last_report("uid-p").reason == UNEXPECTED_ADMISSION_ERROR
+        assert last_report(h.source, "uid-p").reason == UNEXPECTED_ADMISSION_ERROR
         h.plugin.allocate_gate.set()
         await h.plugin.stop()
         await h.plugin.serve()

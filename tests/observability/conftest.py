@@ -7,7 +7,8 @@ import logging
 from collections.abc import AsyncIterator
 
 import pytest
-from observability.otlp_receiver import OtlpReceiver
+
+from tests_support.otlp_receiver import OtlpReceiver
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from observability.otlp_receiver import OtlpReceiver, ReceivedSpan, ancestry, orphans
 
 from partkeeper.stack.kube import NAMESPACE, Kube
 from partkeeper.stack.launch import offered_resources
 from tests_support import until
+from tests_support.otlp_receiver import OtlpReceiver, ReceivedSpan, ancestry, orphans
 from tests_support.rig import Rig, open_rig
 
 ALLOCATOR, WATCHER = "partkeeper-allocator", "partkeeper-watcher"

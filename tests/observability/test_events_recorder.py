@@ -13,8 +13,6 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from observability.entries import MIG, claim, destroy_failed, refused
-from observability.obs_harness import DEADLINE, acknowledged
 
 from partkeeper.bus import publish
 from partkeeper.sim.apiserver import ApiServerThread
@@ -22,7 +20,9 @@ from schemas import ForeignFound
 from schemas.names import STREAM_DLQ, STREAM_PARTITIONS, dlq_subject, durable_name, parts_subject
 from services.watcher.recorder import SERVICE
 from tests_support import until
+from tests_support.entries import MIG, claim, destroy_failed, refused
 from tests_support.kubeclient import pod_manifest
+from tests_support.observability import DEADLINE, acknowledged
 from tests_support.watcher import EVENTS_FAST, log_lines
 
 

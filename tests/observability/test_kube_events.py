@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from observability.entries import MIG, UID, claim, destroy_failed, refused
 
 from schemas import ForeignFound, ForeignGone, PartitionEvent, WorkdirCollected
 from services.watcher.kube_events import (
@@ -15,6 +14,7 @@ from services.watcher.kube_events import (
     event_name,
     named_pod,
 )
+from tests_support.entries import MIG, UID, claim, destroy_failed, refused
 
 TABLE: list[tuple[str, PartitionEvent, tuple[str, str, list[str]] | None]] = [
     ("creating is not worth an Event", claim("creating", instance_uuid=None), None),

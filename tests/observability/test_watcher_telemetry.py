@@ -7,9 +7,6 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from observability.obs_harness import DEADLINE, scrape
-from observability.otlp_receiver import OtlpReceiver, ReceivedSpan
-
 from partkeeper.sim.apiserver import ApiServerThread
 from partkeeper.stack.natsserver import free_port
 from partkeeper.telemetry import tracing
@@ -17,6 +14,8 @@ from schemas.names import STREAM_PARTITIONS, durable_name
 from services.watcher.recorder import SERVICE
 from tests_support import until
 from tests_support.kubeclient import pod_manifest
+from tests_support.observability import DEADLINE, scrape
+from tests_support.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests_support.watcher import Published, WatcherProcess
 
 SPAN_KIND_PRODUCER = 4  # opentelemetry.proto.trace.v1.Span.SpanKind

@@ -6,10 +6,10 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
-from reclaimer.reclaimer_harness import FAST, MODEL, AuditLog, FakeWatcher, Hands
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
@@ -18,6 +18,7 @@ from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from services.reclaimer.tuning import Tuning
+from tests_support.reclaimer import FAST, MODEL, AuditLog, FakeWatcher, Hands
 
 StartReclaimer = Callable[..., Awaitable[asyncio.Task[None]]]
 
@@ -62,9 +63,11 @@ async def start_reclaimer(nc: Client, js, config: Config) -> AsyncIterator[Start
     """Start `serve` in this process (config fields may be overridden); stopped at the end."""
     tasks: list[asyncio.Task[None]] = []
 
-    async def start(tuning: Tuning = FAST, **overrides: object) -> asyncio.Task[None]:
+    # Config fields by name: a bag of keywords mypy cannot type per field; `replace` refuses an
+    # unknown name when the test runs.
+    async def start(tuning: Tuning = FAST, **overrides: Any) -> asyncio.Task[None]:
         ready = asyncio.Event()
-        cfg = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]  # Config overrides pass through as **kw
+        cfg = dataclasses.replace(config, **overrides)
         task = asyncio.create_task(serve(cfg, nc, ready=ready, tuning=tuning))
         tasks.append(task)
         waiter = asyncio.create_task(ready.wait())

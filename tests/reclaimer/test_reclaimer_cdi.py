@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from reclaimer.reclaimer_harness import AuditLog, Hands, new_uid, until
-
 from partkeeper import cdi
 from partkeeper.drivers.base import ContainerEdits
 from schemas import DestroyFailed
+from tests_support import until
+from tests_support.reclaimer import AuditLog, Hands, new_uid
 
 
 def _spec(cdi_dir: Path, claim_id: str, uuid: str) -> Path:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from reclaimer.reclaimer_harness import DEADLINE, AuditLog, FakeWatcher, Hands, new_uid, until
 
 from partkeeper.config import Config
 from partkeeper.faults import EXIT_STATUS
 from schemas import ClaimChanged
+from tests_support import until
+from tests_support.reclaimer import DEADLINE, AuditLog, FakeWatcher, Hands, new_uid
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,4 +87,4 @@ async def test_a_crash_between_steps_converges_after_restart(
         assert await stop(second) == 0, log.read_text()[-2000:]
     assert [e.state for e in audit.of(ClaimChanged, claim_id=claim.id)] == [
         "releasing", "removed"]
-    assert (await hands.claim(keep)).state == "active" and await hands.exists(keep_inst)
+    assert (await hands.current(keep)).state == "active" and await hands.exists(keep_inst)

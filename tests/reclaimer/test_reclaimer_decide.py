@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from partkeeper.drivers.base import IdentityRule, Instance, issued_identity, slot_identity
 from partkeeper.podstate import is_dead
 from schemas import CardClaims, Claim, LiveInstance
-from services.reclaimer.decide import Sighting, Step, decide, sighting
+from schemas.documents import ClaimKind
+from schemas.events import ClaimState
+from services.reclaimer.decide import PodVerdict, Sighting, Step, decide, sighting
 from tests_support import UID
 
 NOW = 10_000.0
@@ -19,8 +21,8 @@ MINE = Instance(card=0, profile="1g.10gb", start=2, size=2, gi_id=3, ci_id=0, uu
 LIVE = LiveInstance(gi_id=MINE.gi_id, ci_id=MINE.ci_id, uuid=MINE.uuid)
 
 
-def claim(state: str, *, recorded: bool = True, age: float = 600.0,
-          kind: str = "partition") -> Claim:
+def claim(state: ClaimState, *, recorded: bool = True, age: float = 600.0,
+          kind: ClaimKind = "partition") -> Claim:
     return Claim(
         id="c1", kind=kind, state=state, pod_uid=UID, namespace="d", name="p", container="main",
         resource="nvidia.com/mig-1g.10gb", device_ids=["t1"], card=0, profile="1g.10gb",
@@ -69,14 +71,15 @@ TABLE = [
     ("slice active, Pod live", claim("active", kind="slice"), ABSENT, "live", Step.KEEP),
     ("slice releasing", claim("releasing", kind="slice"), UNLISTED, "live", Step.REMOVE),
     ("stored as removed", claim("removed"), PRESENT, "gone", Step.REFUSE),
-    ("unknown state", claim("exploded"), PRESENT, "gone", Step.REFUSE),
+    # Deliberately a state no version writes (a corrupt or future document): refused.
+    ("unknown state", claim("exploded"), PRESENT, "gone", Step.REFUSE),  # type: ignore[arg-type]
 ]
 
 
 @pytest.mark.parametrize(("claim_", "seen", "pod", "step"), [row[1:] for row in TABLE],
                          ids=[row[0] for row in TABLE])
-def test_decision_table(claim_: Claim, seen: Sighting, pod: str, step: Step) -> None:
-    chosen = decide(claim_, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
+def test_decision_table(claim_: Claim, seen: Sighting, pod: PodVerdict, step: Step) -> None:
+    chosen = decide(claim_, seen, pod, NOW, create_timeout=TIMEOUT)
     assert chosen.step is step, chosen.why
     assert chosen.why
     if step is Step.DESTROY:
@@ -100,18 +103,19 @@ verdicts = st.sampled_from(["live", "finished", "gone", "unknown", "no-answer"])
 @given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts,
        same=st.sampled_from([slot_identity, issued_identity]))
 def test_decisions_never_destroy_what_they_should_not(
-    c: Claim, listing, pod: str, same: IdentityRule
+    c: Claim, listing, pod: PodVerdict, same: IdentityRule
 ) -> None:
     doc = CardClaims(node="n", card=0, claims={c.id: c})
     seen = sighting(doc, c.id, listing, same)
-    chosen = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
-    assert chosen == decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
+    chosen = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)
+    assert chosen == decide(c, seen, pod, NOW, create_timeout=TIMEOUT)
     if c.state not in ("creating", "active", "releasing"):
         assert chosen.step is Step.REFUSE
         return
     if chosen.step is Step.DESTROY:
         # Only a released claim, only on a successful enumeration, only its own instance.
-        assert c.state == "releasing" and listing is not None and chosen.instance in listing
+        assert c.state == "releasing" and listing is not None
+        assert chosen.instance is not None and chosen.instance in listing
         if c.instance is not None:  # every vendor's rule: a complete instance by its UUID
             assert chosen.instance.uuid == c.instance.uuid
         else:
@@ -130,13 +134,13 @@ def test_decisions_never_destroy_what_they_should_not(
 
 
 @given(c=claims, pod=verdicts)
-def test_a_claim_is_released_only_towards_removal(c: Claim, pod: str) -> None:
+def test_a_claim_is_released_only_towards_removal(c: Claim, pod: PodVerdict) -> None:
     """Releasing is where every path ends up, and nothing but RELEASE leaves creating/active."""
     released = msgspec.structs.replace(c, state="releasing")
     for seen in (PRESENT, ABSENT, UNLISTED):
-        first = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
+        first = decide(c, seen, pod, NOW, create_timeout=TIMEOUT)
         if c.state in ("creating", "active"):
             assert first.step in (Step.KEEP, Step.RELEASE)
-        after = decide(released, seen, pod, NOW, create_timeout=TIMEOUT)  # type: ignore[arg-type]  # the table gives the Pod state as a plain str
+        after = decide(released, seen, pod, NOW, create_timeout=TIMEOUT)
         if c.state in ("creating", "active", "releasing"):
             assert after.step in (Step.WAIT, Step.DESTROY, Step.REMOVE)

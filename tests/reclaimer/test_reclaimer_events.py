@@ -7,12 +7,13 @@ import asyncio
 import dataclasses
 
 from prometheus_client import REGISTRY
-from reclaimer.reclaimer_harness import FAST, AuditLog, FakeWatcher, Hands, new_uid, until
 
 from partkeeper.bus import publish
 from partkeeper.claims import machine
 from schemas import ClaimChanged, DestroyFailed, PodGone
 from schemas.names import STREAM_DLQ, dlq_subject, pods_subject
+from tests_support import until
+from tests_support.reclaimer import FAST, AuditLog, FakeWatcher, Hands, new_uid
 
 
 def _sample(name: str, **labels: str) -> float:
@@ -113,7 +114,7 @@ async def test_events_twice_or_out_of_order_change_nothing_more(
     await audit.wait(ClaimChanged, claim_id=claim.id, state="removed")
     assert [e.state for e in audit.of(ClaimChanged, claim_id=claim.id)] == [
         "releasing", "removed"]
-    assert (await hands.claim(keep)).state == "active" and await hands.exists(keep_inst)
+    assert (await hands.current(keep)).state == "active" and await hands.exists(keep_inst)
 
 
 async def test_in_use_then_released_then_destroyed(
@@ -154,7 +155,7 @@ async def test_a_card_refusing_holds_up_nobody(hands: Hands, start_reclaimer) ->
 
     await until(others_done, "the later Pods' claims are resolved behind the stuck one")
     assert not await hands.exists(other_inst) and not await hands.exists(neighbour_inst)
-    assert (await hands.claim(stuck)).state == "releasing" and await hands.exists(stuck_inst)
+    assert (await hands.current(stuck)).state == "releasing" and await hands.exists(stuck_inst)
     await asyncio.to_thread(hands.driver.set_busy, stuck_inst.uuid, False)
     await until(lambda: hands.acked(last), "every event is acknowledged once the card gives way")
     assert await hands.removed(stuck) and not await hands.exists(stuck_inst)
@@ -214,4 +215,4 @@ async def test_malformed_events_are_dead_lettered_and_change_nothing(
 
     await until(dead_lettered, "four messages in the dead-letter stream")
     await until(lambda: hands.acked(ack.seq), "the consumer moved past them")
-    assert (await hands.claim(claim)).state == "active" and await hands.exists(inst)
+    assert (await hands.current(claim)).state == "active" and await hands.exists(inst)

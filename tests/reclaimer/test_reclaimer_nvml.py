@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from fakes import nvml as nv
 from fakes.nvml import FakeNvml
-from reclaimer.reclaimer_harness import MODEL, AuditLog, Hands, new_uid, until
 
 from partkeeper.claims import machine
 from partkeeper.drivers.base import Instance, InstanceSpec
 from partkeeper.drivers.nvidia.binding import NvmlDriver
 from schemas import Claim, ClaimChanged, DestroyFailed, LiveInstance
 from services.watcher import kube_events
+from tests_support import until
+from tests_support.reclaimer import MODEL, AuditLog, Hands, new_uid
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ import shutil
 
 import pytest
 from prometheus_client import REGISTRY
-from reclaimer.reclaimer_harness import FAST, AuditLog, FakeWatcher, Hands, new_uid, until
 
 from schemas import ClaimChanged, ForeignFound, ForeignGone
+from tests_support import until
+from tests_support.reclaimer import FAST, AuditLog, FakeWatcher, Hands, new_uid
 
 
 async def passes(watcher: FakeWatcher, uid: str, more: int) -> None:
@@ -48,7 +49,7 @@ async def test_unknown_or_unanswered_pods_keep_their_partitions(
     await watcher.start(nc, hands.node, mode)
     await start_reclaimer(tuning=dataclasses.replace(FAST, watcher_timeout=0.2))
     await passes(watcher, uid, 3)
-    assert (await hands.claim(claim)).state == "active" and await hands.exists(inst)
+    assert (await hands.current(claim)).state == "active" and await hands.exists(inst)
     assert audit.of(ClaimChanged, claim_id=claim.id) == []
 
 
@@ -133,8 +134,8 @@ async def test_a_pass_with_a_failing_driver_list_destroys_nothing(
 
     await until(lambda: failures_left() <= 3, "three passes met a failing enumeration")
     # Every pass so far started while enumerations failed; none may have changed anything.
-    assert (await hands.claim(doomed)).state == "active"
-    assert (await hands.claim(kept)).state == "active"
+    assert (await hands.current(doomed)).state == "active"
+    assert (await hands.current(kept)).state == "active"
     assert audit.events == [] and watcher.asked[dead] == 0
     listed = hands.driver.list()["cards"][0]["instances"]  # a look that consumes no fault
     assert {i["uuid"] for i in listed} == {doomed_inst.uuid, orphan.uuid}

@@ -8,15 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reclaimer.test_reclaimer_decide import NOW, claim, claims, instances, verdicts
 
-from partkeeper.drivers.base import Instance, issued_identity, slot_identity
+from partkeeper.drivers.base import IdentityRule, Instance, issued_identity, slot_identity
 from schemas import CardClaims, Claim
-from services.reclaimer.decide import Sighting, Step, decide, needs_sighting, sighting
+from services.reclaimer.decide import PodVerdict, Sighting, Step, decide, needs_sighting, sighting
 
 
 @given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts,
        same=st.sampled_from([slot_identity, issued_identity]))
 def test_an_unneeded_sighting_changes_no_decision(
-    c: Claim, listing: list[Instance] | None, pod: str, same: object
+    c: Claim, listing: list[Instance] | None, pod: PodVerdict, same: IdentityRule
 ) -> None:
     if needs_sighting(c, pod):
         return

@@ -13,13 +13,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from reclaimer.reclaimer_harness import Hands, new_uid, until
 
 from partkeeper.bus import consumer
 from partkeeper.telemetry import tracing
 from schemas import ClaimChanged, PartitionEvent, decode
 from schemas.names import parts_filter
 from services.reclaimer import spans as reclaimer_spans
+from tests_support import until
+from tests_support.reclaimer import Hands, new_uid
 
 
 @pytest.fixture

@@ -17,12 +17,13 @@ import nats
 import pytest
 from nats.aio.client import Client
 from opentelemetry.sdk.trace import TracerProvider
-from reclaimer.reclaimer_harness import FAST, Hands, new_uid, until
 
 from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
 from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
+from tests_support import until
+from tests_support.reclaimer import FAST, Hands, new_uid
 
 # One PodGone for a Pod holding one active partition, the instance recorded on its claim (the
 # common case): release, destroy, remove, each step of docs/reclaimer.md; see

@@ -20,7 +20,6 @@ import nats.errors
 import nats.js.errors
 import pytest
 from nats.aio.client import Client
-from reliability.rel_harness import scene
 
 from partkeeper.bus import ensure_topology, kv
 from partkeeper.bus.ordered import OrderedWatch
@@ -30,6 +29,7 @@ from partkeeper.stack.launch import SERVICES
 from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
 from schemas.names import STREAM_PARTITIONS, parts_filter
 from tests_support import until
+from tests_support.reliability import scene
 from tests_support.watches import FAST, Entries, Reader
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
@@ -68,16 +68,22 @@ class Session:
             self.errors.append(str(exc).lower())
 
         self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False,
-                                     connect_timeout=2, **login)  # type: ignore[arg-type]
+                                     connect_timeout=2, **login)
         return self
+
+    @property
+    def client(self) -> Client:
+        """The connection, failing the test where the session never connected."""
+        if self.nc is None:
+            raise AssertionError("the session is not connected")
+        return self.nc
 
     async def refused(self, what: str, subject: str, within: float = REFUSAL_SECONDS) -> bool:
         """The server said `what` ("publish"/"subscription") to `subject` is not allowed.
 
         The server answers a refused operation before the flush's PONG, so an allowed one needs
         only a short look after the flush."""
-        assert self.nc is not None
-        await self.nc.flush()
+        await self.client.flush()
         wanted = f"permissions violation for {what} to \"{subject.lower()}\""
         end = time.monotonic() + within
         while not any(wanted in e for e in self.errors):
@@ -113,13 +119,13 @@ async def test_only_the_watcher_publishes_pod_events(server: NatsServer) -> None
     for service in ("allocator", "reclaimer", "gc"):
         session = await as_user(server, service)
         try:
-            await session.nc.publish(subject, b"{}")  # type: ignore[union-attr]  # the session is connected by then
+            await session.client.publish(subject, b"{}")
             assert await session.refused("publish", subject), (service, session.errors)
         finally:
             await session.close()
     watcher = await as_user(server, "watcher")
     try:
-        await watcher.nc.publish(subject, b"{}")  # type: ignore[union-attr]  # the session is connected by then
+        await watcher.client.publish(subject, b"{}")
         assert not await watcher.refused("publish", subject, ALLOWED_SECONDS), watcher.errors
     finally:
         await watcher.close()
@@ -129,13 +135,13 @@ async def test_the_gc_cannot_publish_partition_events_nor_reclaim(server: NatsSe
     gc = await as_user(server, "gc")
     try:
         for subject in (f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.1"):
-            await gc.nc.publish(subject, b"{}")  # type: ignore[union-attr]  # the session is connected by then
+            await gc.client.publish(subject, b"{}")
             assert await gc.refused("publish", subject), gc.errors
         with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
-            await gc.nc.request(f"pk.{NODE}.reclaim.now", b"{}", timeout=1.0)  # type: ignore[union-attr]  # the session is connected by then
+            await gc.client.request(f"pk.{NODE}.reclaim.now", b"{}", timeout=1.0)
         assert await gc.refused("publish", f"pk.{NODE}.reclaim.now"), gc.errors
         # What it may do: announce a collected working directory on the node-scope subject.
-        await gc.nc.publish(f"pk.parts.{NODE}.node", b"{}")  # type: ignore[union-attr]  # the session is connected by then
+        await gc.client.publish(f"pk.parts.{NODE}.node", b"{}")
         assert not await gc.refused("publish", f"pk.parts.{NODE}.node", ALLOWED_SECONDS), gc.errors
     finally:
         await gc.close()
@@ -148,11 +154,11 @@ async def test_a_node_user_cannot_reach_another_nodes_subjects(server: NatsServe
     try:
         for subject in (f"pk.pods.{OTHER}.*", f"pk.parts.{OTHER}.*", f"pk.{OTHER}.pods.get",
                         f"pk.{OTHER}.reclaim.now", f"pk.{OTHER}.claims.query"):
-            await session.nc.subscribe(subject)  # type: ignore[union-attr]  # the session is connected by then
+            await session.client.subscribe(subject)
             assert await session.refused("subscription", subject), (service, session.errors)
         durable = f"{service}-pk_pods-{OTHER}"
         api = f"$JS.API.CONSUMER.CREATE.PK_PODS.{durable}.pk.pods.{OTHER}.*"
-        await session.nc.publish(api, b"{}")  # type: ignore[union-attr]  # the session is connected by then
+        await session.client.publish(api, b"{}")
         assert await session.refused("publish", api), (service, session.errors)
     finally:
         await session.close()
@@ -238,11 +244,10 @@ def _foreign_inboxes(service: str) -> list[str]:
 
 
 async def _all_refused(session: Session, publishes: list[str], subscribes: list[str]) -> None:
-    assert session.nc is not None
     for subject in publishes:
-        await session.nc.publish(subject, b"{}")
+        await session.client.publish(subject, b"{}")
     for subject in subscribes:
-        await session.nc.subscribe(subject)
+        await session.client.subscribe(subject)
     for subject in publishes:
         assert await session.refused("publish", subject), (subject, session.errors[-3:])
     for subject in subscribes:
@@ -250,12 +255,11 @@ async def _all_refused(session: Session, publishes: list[str], subscribes: list[
 
 
 async def _none_refused(session: Session, publishes: list[str], subscribes: list[str]) -> None:
-    assert session.nc is not None
     for subject in publishes:
-        await session.nc.publish(subject, b"{}")
+        await session.client.publish(subject, b"{}")
     for subject in subscribes:
-        await session.nc.subscribe(subject)
-    await session.nc.flush()
+        await session.client.subscribe(subject)
+    await session.client.flush()
     await asyncio.sleep(ALLOWED_SECONDS)  # a refusal would have arrived before the PONG
     assert not [e for e in session.errors if "permissions violation" in e], session.errors
 

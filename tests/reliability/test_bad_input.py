@@ -18,9 +18,8 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from reliability.rel_harness import Scene, scene
+from nats.micro.request import ERROR_CODE_HEADER
 
-from partkeeper.bus.rpc import ERROR_CODE_HEADER
 from partkeeper.stack.launch import MICRO_SERVICES, SERVICES, service_ready
 from schemas import (
     ClaimsQuery,
@@ -43,6 +42,7 @@ from schemas.names import (
     pods_states_subject,
     reclaim_now_subject,
 )
+from tests_support.reliability import Scene, scene
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 

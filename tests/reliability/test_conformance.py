@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
-from reliability.rel_harness import scene
 
 from schemas.names import (
     SERVICE_ALLOCATOR,
@@ -22,6 +21,7 @@ from schemas.names import (
     pods_pending_subject,
     reclaim_now_subject,
 )
+from tests_support.reliability import scene
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -77,7 +77,7 @@ async def test_documented_requests_as_literal_json() -> None:
             assert headers[ERROR_CODE_HEADER] == "400" and "version 99" in headers[ERROR_HEADER]
             assert body == {"error": headers[ERROR_HEADER], "code": 400}
 
-        services = set()
+        services: set[str] = set()
         sub = await nc.subscribe(inbox := nc.new_inbox())
         await nc.publish("$SRV.INFO", b"", reply=inbox)
         while len(services) < 3:

@@ -12,9 +12,9 @@ import time
 
 import pytest
 from nats.js import JetStreamContext
-from reliability.rel_harness import Scene, scene
 
 from schemas.names import STREAM_PODS, durable_name
+from tests_support.reliability import Scene, scene
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 

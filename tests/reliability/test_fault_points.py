@@ -9,18 +9,18 @@ watches for any partition destroyed under a live Pod for the whole scenario.
 from __future__ import annotations
 
 import pytest
-from reliability.rel_harness import (
+
+from partkeeper import faults
+from schemas import ClaimChanged, PartitionEvent, decode
+from schemas.names import STREAM_PARTITIONS, parts_filter
+from tests_support import until
+from tests_support.reliability import (
     CONVERGE_AFTER_CREATE_TIMEOUT,
     CONVERGE_SECONDS,
     FAULT_EXIT,
     Scene,
     scene,
 )
-
-from partkeeper import faults
-from schemas import ClaimChanged, PartitionEvent, decode
-from schemas.names import STREAM_PARTITIONS, parts_filter
-from tests_support import until
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]
 

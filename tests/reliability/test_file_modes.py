@@ -14,10 +14,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from reliability.rel_harness import Scene, scene
 
 from partkeeper import workdir
 from partkeeper.workdir.write import CACHE_MODE
+from tests_support.reliability import Scene, scene
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
 

@@ -58,7 +58,8 @@ STRUCTS = (PodSeen, PodFinished, PodGone, ClaimChanged, DestroyFailed, ForeignFo
            WorkdirCollected, AllocateRefused, CardClaims, PodRecord, NodeCapacity, PodsGet,
            PodsGetReply, PendingPodsQuery, PendingPodsReply, ClaimsQuery, ClaimsReply, ReclaimNow,
            ReclaimNowReply)
-UNION_OF = {**dict.fromkeys((PodSeen, PodFinished, PodGone), PodEvent),
+# The union each event is decoded as (a union is a typing form, not a `type`: hence Any).
+UNION_OF: dict[type, Any] = {**dict.fromkeys((PodSeen, PodFinished, PodGone), PodEvent),
             **dict.fromkeys((ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
                              WorkdirCollected, AllocateRefused), PartitionEvent)}
 TAGS = ["PodSeen", "PodFinished", "PodGone", "ClaimChanged", "CardClaims", "PodRecord",

@@ -5,9 +5,9 @@ a live Pod, and the node goes on admitting Pods after the restart."""
 from __future__ import annotations
 
 import pytest
-from reliability import rel_harness as rh
 
 from partkeeper.stack.launch import SERVICES
+from tests_support import reliability as rh
 from tests_support.rig import reconnected
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]

@@ -14,8 +14,13 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from reliability.nats_cluster import SIZE, Cluster, cluster_root, remove
-from reliability.rel_harness import (
+
+from partkeeper.stack.launch import SERVICES
+from schemas import names
+from schemas.names import CONSUMER, STREAM_PODS, durable_name
+from tests_support.churn import Churn
+from tests_support.nats_cluster import SIZE, Cluster, cluster_root, remove
+from tests_support.reliability import (
     ADMITTED_AFTER,
     PROGRESS_SECONDS,
     Scene,
@@ -24,11 +29,6 @@ from reliability.rel_harness import (
     scene,
     settle,
 )
-
-from partkeeper.stack.launch import SERVICES
-from schemas import names
-from schemas.names import CONSUMER, STREAM_PODS, durable_name
-from tests_support.churn import Churn
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(480)]
 

@@ -18,7 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability.rel_harness import (
+
+from partkeeper.stack.launch import SERVICES
+from partkeeper.stack.natsserver import NatsServer
+from tests_support.faultproxy import FaultProxy
+from tests_support.reliability import (
     ADMITTED_AFTER,
     PROGRESS_SECONDS,
     admitted_more,
@@ -26,10 +30,6 @@ from reliability.rel_harness import (
     scene,
     settle,
 )
-
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
-from tests_support.faultproxy import FaultProxy
 from tests_support.rig import reconnected
 
 pytestmark = [pytest.mark.reliability]

@@ -5,7 +5,9 @@ The same paths through the real kubectl: tests/stack/test_kubectl.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -61,11 +63,20 @@ def test_ages_read_as_human_duration(seconds: float, shown: str) -> None:
     assert table.human_duration(seconds) == shown
 
 
-def _pod(**status: object) -> dict[str, object]:
+def _pod(**status: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "creationTimestamp": _stamp(30)},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n"},
             "status": status}
+
+
+def a_table(body: dict[str, Any], include: str = "PartialObjectMetadata",
+            now: datetime | None = None) -> dict[str, Any]:
+    """`table.to_table`, failing the test where it makes no Table of `body`."""
+    found = table.to_table(body, include, now)
+    if found is None:
+        raise AssertionError(f"no Table of a {body.get('kind')}")
+    return found
 
 
 @pytest.mark.parametrize(("status", "ready", "reason"), [
@@ -81,7 +92,7 @@ def _pod(**status: object) -> dict[str, object]:
      "Completed"),
 ])
 def test_pod_rows_print_ready_and_status_as_print_pod(status, ready, reason) -> None:
-    [row] = table.to_table(_pod(**status), now=NOW)["rows"]
+    [row] = a_table(_pod(**status), now=NOW)["rows"]
     assert row["cells"][1:3] == [ready, reason]
     assert row["cells"][4] == "30s" and row["cells"][6] == "n"
     assert row["object"]["kind"] == "PartialObjectMetadata"
@@ -89,10 +100,10 @@ def test_pod_rows_print_ready_and_status_as_print_pod(status, ready, reason) -> 
 
 def test_a_deleted_running_pod_is_terminating_and_lists_keep_their_version() -> None:
     pod = _pod(phase="Running")
-    pod["metadata"]["deletionTimestamp"] = _stamp(0)  # type: ignore[index]
+    pod["metadata"]["deletionTimestamp"] = _stamp(0)
     listed = {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},
               "items": [pod]}
-    found = table.to_table(listed, "None", now=NOW)
+    found = a_table(listed, "None", now=NOW)
     assert found["metadata"] == {"resourceVersion": "7"}
     assert [c["name"] for c in found["columnDefinitions"]] == [
         "Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node",
@@ -106,8 +117,8 @@ def test_a_deleted_running_pod_is_terminating_and_lists_keep_their_version() -> 
 def test_the_sim_kubelets_statuses_read_as_kubelets() -> None:
     pod = PodView("u1", "default", "p", containers=(ContainerView("a"),))
     running = {**status_fields(pod, "Running", ""), "phase": "Running"}
-    [row] = table.to_table(_pod(**running) | {"spec": {"containers": [{"name": "a"}]}},
-                           now=NOW)["rows"]
+    [row] = a_table(_pod(**running) | {"spec": {"containers": [{"name": "a"}]}},
+                    now=NOW)["rows"]
     assert row["cells"][1:4] == ["1/1", "Running", "0"] and row["cells"][5].startswith("10.88.")
     rejected = status_fields(pod, "Failed", "UnexpectedAdmissionError")
     assert "containerStatuses" not in rejected and "podIP" not in rejected
@@ -124,14 +135,17 @@ class _Kubelet:
     def devices(self, resource: str) -> dict[str, str]:
         return self._devices[resource]
 
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float) -> None:
+        raise AssertionError("the node's resources are read, never waited for")
+
 
 def test_node_capacity_counts_every_device_and_allocatable_the_healthy() -> None:
     kubelet = _Kubelet({"nvidia.com/mig-1g.10gb": {"a": "Healthy", "b": "Unhealthy"}})
-    assert resources(kubelet, {}) == ({"nvidia.com/mig-1g.10gb": "2"},  # type: ignore[arg-type]
+    assert resources(kubelet, {}) == ({"nvidia.com/mig-1g.10gb": "2"},
                                       {"nvidia.com/mig-1g.10gb": "1"})
     gone = _Kubelet({})
     before = {"nvidia.com/mig-1g.10gb": "2", "cpu": "8"}
-    assert resources(gone, before) == ({"nvidia.com/mig-1g.10gb": "0"},  # type: ignore[arg-type]
+    assert resources(gone, before) == ({"nvidia.com/mig-1g.10gb": "0"},
                                        {"nvidia.com/mig-1g.10gb": "0"})
 
 

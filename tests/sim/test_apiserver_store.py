@@ -177,10 +177,13 @@ def test_selector_transitions_are_added_and_deleted(store: Store) -> None:
 
     created, bound, relabelled = changes
     assert created.seen_through(on_node) is None
-    assert bound.seen_through(on_node)[0] == "ADDED"
-    assert relabelled.seen_through(on_node)[0] == "MODIFIED"
-    assert relabelled.seen_through(by_label) is not None
-    gone_type, gone = relabelled.seen_through(by_label)
+    added = bound.seen_through(on_node)
+    assert added is not None and added[0] == "ADDED"
+    modified = relabelled.seen_through(on_node)
+    assert modified is not None and modified[0] == "MODIFIED"
+    seen = relabelled.seen_through(by_label)
+    assert seen is not None
+    gone_type, gone = seen
     assert gone_type == "DELETED" and gone["metadata"]["labels"] == {"app": "demo"}
     assert gone["metadata"]["resourceVersion"] == str(relabelled.rv)
 

@@ -40,7 +40,8 @@ def test_lifecycle_in_order_with_increasing_versions(
     core.delete_namespaced_pod("a", "default")
     core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
 
-    events = recorder.wait_for(lambda evs: any(e["type"] == "DELETED" for e in evs), what="DELETED")
+    events = of_type(
+        recorder.wait_for(lambda evs: bool(of_type(evs, "DELETED")), what="DELETED"), None)
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]
     assert set(names(events)) == {"a"}
     assert versions(events) == sorted(set(versions(events)))
@@ -128,7 +129,7 @@ def test_bookmarks_only_when_requested(core: client.CoreV1Api, record_watch: Rec
     without = record_watch(core.list_namespaced_pod, "default", resource_version=start)
     bookmarks = with_bookmarks.wait_count(3, "BOOKMARK")
     created = core.create_namespaced_pod("default", pod_manifest("a"))
-    with_bookmarks.wait_for(lambda evs: of_type(evs, "ADDED"), what="ADDED")
+    with_bookmarks.wait_for(lambda evs: bool(of_type(evs, "ADDED")), what="ADDED")
     without.wait_count(1, "ADDED")
 
     for bookmark in bookmarks:
@@ -139,10 +140,9 @@ def test_bookmarks_only_when_requested(core: client.CoreV1Api, record_watch: Rec
     assert of_type(without.events, "BOOKMARK") == []
     later = with_bookmarks.wait_for(
         lambda evs: any(
-            e["type"] == "BOOKMARK"
-            and int(e["raw_object"]["metadata"]["resourceVersion"])
+            int(e["raw_object"]["metadata"]["resourceVersion"])
             >= int(created.metadata.resource_version)
-            for e in evs
+            for e in of_type(evs, "BOOKMARK")
         ),
         what="a bookmark at or after the create",
     )
@@ -188,8 +188,9 @@ async def test_raw_garbage_line_yields_none(
     await until(lambda: apiserver.open_watches() == 1, "the watch to open")
     assert apiserver.send_raw_watch_line("pods", "this is not json") == 1
     core.create_namespaced_pod("default", pod_manifest("a"))
-    events = recorder.wait_count(2)
-    assert events[0] is None and events[1]["type"] == "ADDED"
+    events = recorder.wait_for(lambda evs: len(evs) >= 2, what="2 events")
+    assert events[0] is None
+    assert events[1] is not None and events[1]["type"] == "ADDED"
 
 
 async def test_malformed_pods_reach_the_client_as_stored(
@@ -209,7 +210,7 @@ async def test_malformed_pods_reach_the_client_as_stored(
     # The typed stream deserialises into the client's models, which require
     # spec.containers: the second object ends the stream with a validation error.
     typed.wait_finished()
-    assert typed.events[0]["object"].metadata.uid == "../../etc"
+    assert of_type(typed.events, None)[0]["object"].metadata.uid == "../../etc"
     assert isinstance(typed.error, pydantic.ValidationError)
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
-from stack.stack_harness import STOP_DEADLINE, partkeeper, short_workdir
 
 from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.sim.cluster import ClusterError, ClusterPaths, advertised_url
+from tests_support.stack import STOP_DEADLINE, partkeeper, short_workdir
 
 READY_DEADLINE = 60.0
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from stack.stack_harness import (
+
+from tests_support.stack import (
     DEMO_DEADLINE,
     partkeeper,
     recorded_children,

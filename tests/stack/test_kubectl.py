@@ -17,16 +17,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from stack.stack_harness import (
+
+from tests_support import until
+from tests_support.manifests import kubectl_binary
+from tests_support.stack import (
     READY_DEADLINE,
     STOP_DEADLINE,
     Up,
     run_cli,
     up_ready,
 )
-
-from tests_support import until
-from tests_support.manifests import kubectl_binary
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(READY_DEADLINE + STOP_DEADLINE + 240)]
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack.stack_harness import short_workdir, wait_no_survivors
 
 from partkeeper.stack.processes import ChildExited, StackError, Supervisor, describe_exit
+from tests_support.stack import short_workdir, wait_no_survivors
 
 DEADLINE = 30.0
 

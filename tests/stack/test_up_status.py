@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config, watch
-from stack.stack_harness import (
+
+from tests_support.stack import (
     READY_DEADLINE,
     STOP_DEADLINE,
     Up,

@@ -10,13 +10,15 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from schemas import Claim
+from schemas import Claim, LiveInstance
+from schemas.events import ClaimState
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 
 
 def make_claim(
-    cid: str, start: int, size: int, *, card: int = 0, state: str = "creating", uid: str = UID
+    cid: str, start: int, size: int, *, card: int = 0, state: ClaimState = "creating",
+    uid: str = UID,
 ) -> Claim:
     return Claim(
         id=cid, state=state, pod_uid=uid, namespace="default", name="pod", container="main",
@@ -25,15 +27,25 @@ def make_claim(
     )
 
 
+def instance_of(claim: Claim) -> LiveInstance:
+    """The instance `claim` holds, failing the test when it holds none (still creating, or a
+    slice)."""
+    if claim.instance is None:
+        raise AssertionError(f"claim {claim.id} ({claim.state}) holds no instance")
+    return claim.instance
+
+
+DEADLINE = 20.0  # a bound on waiting, never an expectation of how long anything takes
+
+
 async def until(
     check: Callable[[], Awaitable[object] | object],
     what: str,
-    timeout: float = 10.0,
-    *,
-    on_timeout: Callable[[], None] | None = None,
+    timeout: float = DEADLINE,
 ) -> None:
     """Wait until `check()` (sync or async) is truthy, failing with `what` after `timeout`
-    seconds: a deadline, never an expectation of how long anything takes."""
+    seconds: a deadline, never an expectation of how long anything takes. The one wait of the
+    tests; a failed one prints where every other task of the loop is waiting."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -43,10 +55,20 @@ async def until(
         if result:
             return
         if loop.time() > deadline:
-            if on_timeout is not None:
-                on_timeout()
+            _show_waiting_tasks()
             raise AssertionError(f"not within {timeout:g}s: {what}")
         await asyncio.sleep(0.01)
+
+
+def _show_waiting_tasks() -> None:
+    current = asyncio.current_task()
+    for task in asyncio.all_tasks():
+        if task is current:
+            continue
+        try:
+            task.print_stack(limit=8)
+        except TypeError:  # a frame of compiled grpc code has no line number
+            print(f"task {task.get_name()}: {task.get_coro()}")
 
 
 @contextlib.contextmanager

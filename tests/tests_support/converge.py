@@ -82,13 +82,13 @@ def problems(snap: Snapshot, *, foreign: Collection[str] = (),
     for uuid, inst in sorted(snap.instances.items()):
         where = f"instance {uuid} ({inst.get('profile')} at card {inst.get('card')} " \
                 f"start {inst.get('start')})"
-        claim = owners.get(uuid)
+        holder = owners.get(uuid)
         if uuid in foreign:
             continue
-        if claim is None:
+        if holder is None:
             found.append(f"{where} has no claim (leaked)")
-        elif claim.pod_uid not in live:
-            found.append(f"{where} belongs to claim {claim.id} of a Pod that is not live")
+        elif holder.pod_uid not in live:
+            found.append(f"{where} belongs to claim {holder.id} of a Pod that is not live")
     for pod in live.values():
         if pod.phase == "Running":
             found.extend(_held(pod, snap, resources))
@@ -109,7 +109,8 @@ def _held(pod: PodFact, snap: Snapshot, resources: Callable[[str], bool]) -> lis
             lacking.append(f"Pod {pod.label} asks {quantity} {resource} and has {len(held)} "
                            "active claim(s) (a claim lost)")
         lacking.extend(
-            f"Pod {pod.label} lost its partition {c.instance.uuid} (claim {c.id} active)"
+            f"Pod {pod.label} lost its partition "
+            f"{c.instance.uuid if c.instance else '(none recorded)'} (claim {c.id} active)"
             for c in held
             if c.kind == "partition" and (c.instance is None or c.instance.uuid not in
                                           snap.instances)

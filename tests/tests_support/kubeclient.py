@@ -80,7 +80,8 @@ class WatchRecorder:
 
     def wait_count(
         self, count: int, event_type: str | None = None, timeout: float = 10.0
-    ) -> list[Event]:
+    ) -> list[dict[str, Any]]:
+        """The decoded events (of `event_type`), once there are `count` of them."""
         def enough(events: list[Event]) -> bool:
             return len(of_type(events, event_type)) >= count
 
@@ -100,8 +101,10 @@ class WatchRecorder:
         self._thread.join(timeout)
 
 
-def of_type(events: list[Event], event_type: str | None) -> list[Event]:
-    return [e for e in events if event_type is None or (e is not None and e["type"] == event_type)]
+def of_type(events: list[Event], event_type: str | None) -> list[dict[str, Any]]:
+    """The decoded events (the client yields None for a line it cannot decode), only those of
+    `event_type` unless it is None."""
+    return [e for e in events if e is not None and (event_type is None or e["type"] == event_type)]
 
 
 def _describe(event: Event) -> str:

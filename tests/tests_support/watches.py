@@ -5,13 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
+from typing import TypedDict
 
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
 from partkeeper.bus.ordered import OrderedWatch
 
-FAST = {"heartbeat": 0.2, "inactive": 2.0}  # a lost consumer is noticed within 0.6 s
+
+class Timings(TypedDict):
+    heartbeat: float
+    inactive: float
+
+
+FAST = Timings(heartbeat=0.2, inactive=2.0)  # a lost consumer is noticed within 0.6 s
 
 
 class Reader:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import ContainerRequest, PodRecord
+from schemas import ContainerRequest, PodGone, PodRecord
+from schemas.pods import PodPhase, PodState
 from services.watcher.decide import Absent, Deleted, Observation, Seen, decide, msg_id
 from services.watcher.pods import PodFacts
 
@@ -23,16 +24,16 @@ UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 MAIN = (ContainerRequest(name="main", requests={"nvidia.com/mig-1g.10gb": 1}),)
 
 
-def facts(rv: int, phase: str = "Pending", *, deleting: bool = False,
+def facts(rv: int, phase: PodPhase = "Pending", *, deleting: bool = False,
           containers: tuple[ContainerRequest, ...] = MAIN) -> PodFacts:
-    return PodFacts(uid=UID, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
+    return PodFacts(uid=UID, namespace="ns", name="p", phase=phase,
                     deleting=deleting, created="2026-01-01T00:00:00Z", containers=containers,
                     resource_version=str(rv), rv=rv)
 
 
-def record(state: str, rv: str = "5", phase: str = "Pending") -> PodRecord:
-    return PodRecord(node=NODE, uid=UID, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
-                     state=state, created="2026-01-01T00:00:00Z",  # type: ignore[arg-type]  # the Literal passed as a plain str
+def record(state: PodState, rv: str = "5", phase: PodPhase = "Pending") -> PodRecord:
+    return PodRecord(node=NODE, uid=UID, namespace="ns", name="p", phase=phase,
+                     state=state, created="2026-01-01T00:00:00Z",
                      containers=list(MAIN), resource_version=rv, evidence="test",
                      gone_evidence="deleted" if state == "gone" else None, updated_at=0)
 
@@ -112,7 +113,7 @@ def test_gone_names_its_evidence_and_version(observation: Observation, evidence:
     decision = decide(NODE, record("live"), observation, now=1.0)
     assert decision.record is not None and decision.event is not None
     assert decision.record.gone_evidence == evidence
-    assert decision.event.evidence == evidence  # type: ignore[union-attr]  # the Literal passed as a plain str
+    assert isinstance(decision.event, PodGone) and decision.event.evidence == evidence
     assert decision.record.resource_version == rv  # a 404 rests on the last version seen
 
 
@@ -128,7 +129,7 @@ def test_msg_ids_name_the_fact() -> None:
 
 # --- hypothesis: truthful observations of one Pod's history, in any order ---------------------
 
-PHASE_ORDER = ("Pending", "Running")
+PHASE_ORDER: tuple[PodPhase, ...] = ("Pending", "Running")
 
 
 @st.composite
@@ -140,7 +141,8 @@ def histories(draw: st.DrawFn) -> dict[str, Any]:
     gaps = draw(st.lists(st.integers(1, 4), min_size=steps, max_size=steps))
     rvs = [created + sum(gaps[:i]) for i in range(steps)]
     phase_at = sorted(draw(st.lists(st.integers(0, 2), min_size=steps, max_size=steps)))
-    ending = draw(st.sampled_from(("Succeeded", "Failed")))
+    endings: tuple[PodPhase, ...] = ("Succeeded", "Failed")
+    ending = draw(st.sampled_from(endings))
     delete_from = draw(st.integers(0, steps))  # versions from here on are terminating
     versions = [
         facts(rv, PHASE_ORDER[p] if p < 2 else ending, deleting=i >= delete_from)

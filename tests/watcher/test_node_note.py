@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Literal
 
 import pytest
 
@@ -18,7 +19,8 @@ from tests_support import until
 
 @pytest.mark.parametrize(("limiter", "label"), [("none", "false"), ("hami-core", "true")])
 async def test_the_node_says_whether_slices_are_enforced(
-    apiserver: ApiServerThread, watcher_config: Config, limiter: str, label: str
+    apiserver: ApiServerThread, watcher_config: Config, limiter: Literal["none", "hami-core"],
+    label: str,
 ) -> None:
     config = replace(watcher_config, slice_limiter=limiter)
     kube = await Kube.connect(config)

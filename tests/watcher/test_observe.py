@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas import ContainerRequest, PodRecord
+from schemas.pods import PodPhase, PodState
 from services.watcher import answers
 from services.watcher.decide import Absent, Deleted, Seen, decide
 from services.watcher.observe import Listing, NotFound, from_get, from_list, from_watch
@@ -31,12 +32,12 @@ def obj(uid: Any, name: str, rv: str = "5", **extra: Any) -> dict[str, Any]:
     }
 
 
-def rec(uid: str, name: str, rv: str = "5", state: str = "live", *, phase: str = "Pending",
-        created: str = "2026-01-01T00:00:00Z", deleting: bool = False,
+def rec(uid: str, name: str, rv: str = "5", state: PodState = "live", *,
+        phase: PodPhase = "Pending", created: str = "2026-01-01T00:00:00Z", deleting: bool = False,
         requests: dict[str, int] | None = None) -> PodRecord:
     return PodRecord(
-        node=NODE, uid=uid, namespace="ns", name=name, phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
-        state=state, deleting=deleting, created=created,  # type: ignore[arg-type]  # the Literal passed as a plain str
+        node=NODE, uid=uid, namespace="ns", name=name, phase=phase,
+        state=state, deleting=deleting, created=created,
         containers=[ContainerRequest(name="main", requests=requests or {})],
         resource_version=rv, evidence="test", updated_at=0,
     )

@@ -3,7 +3,6 @@ real `kubernetes` client: what it announces, what it answers, and what it refuse
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import uuid
@@ -200,10 +199,10 @@ async def test_bookmarks_keep_the_resume_point_current(
                               PendingPodsQuery(resource=MIG, quantity=1), PendingPodsReply)
         return int(reply.resource_version)
 
-    loop_deadline = asyncio.get_running_loop().time() + 10
-    while await view_version() < latest:
-        assert asyncio.get_running_loop().time() < loop_deadline, "no bookmark reached the view"
-        await asyncio.sleep(0.02)
+    async def bookmarked() -> bool:
+        return await view_version() >= latest
+
+    await until(bookmarked, "a bookmark reached the view", 10)
     apiserver.set_unavailable(True)
     await until(lambda: log_lines(caplog, "API server unreachable"), "a logged retry", 15)
     apiserver.compact()

@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 from partkeeper.bus import publish
 from schemas import ContainerRequest, PodRecord, decode, encode
 from schemas.names import BUCKET_PODS, DAY, STREAM_PODS, pods_key, pods_subject
+from schemas.pods import PodPhase
 from services.watcher.decide import Deleted, Seen, decide, msg_id
 from services.watcher.pods import PodFacts
 from services.watcher.view import PodView
@@ -24,8 +25,8 @@ def uid() -> str:
     return str(uuid.uuid4())
 
 
-def facts(uid: str, rv: int, phase: str = "Pending") -> PodFacts:
-    return PodFacts(uid=uid, namespace="ns", name="p", phase=phase,  # type: ignore[arg-type]  # the Literal passed as a plain str
+def facts(uid: str, rv: int, phase: PodPhase = "Pending") -> PodFacts:
+    return PodFacts(uid=uid, namespace="ns", name="p", phase=phase,
                     deleting=False, created="2026-01-01T00:00:00Z",
                     containers=(ContainerRequest(name="main"),), resource_version=str(rv), rv=rv)
 

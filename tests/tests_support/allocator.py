@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-from allocator.allocator_peers import TableReclaimer, TableWatcher
 from nats.aio.client import Client
 
-import tests_support as support
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import RESOURCE_NAMES, Config
@@ -34,6 +34,8 @@ from services.allocator.options import LookupPolicy, Options
 from services.allocator.registration import endpoint_name
 from services.reclaimer.main import serve as serve_reclaimer
 from services.reclaimer.tuning import Tuning
+from tests_support import until
+from tests_support.allocator_peers import TableReclaimer, TableWatcher
 from tests_support.gate import Gate
 
 pb = deviceplugin_pb2
@@ -58,22 +60,6 @@ def new_uid() -> str:
     return str(uuid.uuid4())
 
 
-async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
-                deadline: float = DEADLINE) -> None:
-    """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
-    await support.until(check, what, deadline, on_timeout=_show_stuck_work)
-
-
-def _show_stuck_work() -> None:
-    """Print where the allocator's and the kubelet's work is waiting (for a failed wait)."""
-    for task in asyncio.all_tasks():
-        if task.get_name().startswith(("allocat", "realise", "driver", "sim-kubelet", "rpc")):
-            try:
-                task.print_stack(limit=8)
-            except TypeError:  # a frame of compiled grpc code has no line number
-                print(f"task {task.get_name()}: {task.get_coro()}")
-
-
 @dataclass
 class Node:
     directory: Path
@@ -86,6 +72,14 @@ class Node:
     reclaimer: TableReclaimer
     task: asyncio.Task[None]
     real_reclaimer: asyncio.Task[None] | None = None
+
+    @property
+    def sim(self) -> SimDriver:
+        """The simulated driver and its controls (`fail`, `carve`), failing the test when the
+        node runs a vendor driver."""
+        if not isinstance(self.driver, SimDriver):
+            raise AssertionError(f"the node runs the {self.driver.name} driver, not the sim")
+        return self.driver
 
     # -- Pods ------------------------------------------------------------------------------
 
@@ -158,7 +152,9 @@ async def node_stack(
     gate: Gate | None = None,
     real_reclaimer: bool = False,
     driver: Driver | None = None,
-    settings: Mapping[str, object] | None = None,
+    # Config fields by name: a bag of keywords mypy cannot type per field; `replace` refuses an
+    # unknown name when the test runs.
+    settings: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Node]:
     """A node; `pod_resources=False` points the allocator at a socket that does not exist, for
     tests that call Allocate themselves (kubelet would list the Pod it admits; these have none).
@@ -169,18 +165,17 @@ async def node_stack(
     resources are named as for that driver. `settings`: more `Config` fields."""
     directory = Path(tempfile.mkdtemp(prefix="pk", dir="/tmp"))
     state = directory / "sim.json"
-    names: dict[str, str] = {}
     if driver is None:
         init_state(state, list(cards), list(sliced))
         driver = SimDriver(state) if gate is None else SimDriver(state, sleep=gate.sleep)
-    else:
-        prefix, sliced_resource = RESOURCE_NAMES[driver.name]
-        names = {"resource_prefix": prefix, "sliced_resource": sliced_resource}
+    prefix, sliced_resource = RESOURCE_NAMES[driver.name]  # as `config.load` derives them
     podres = directory / ("pr.sock" if pod_resources else "absent.sock")
     config = Config(node=node, kubelet_dir=directory / "dp",
                     pod_resources_socket=podres, pods_dir=directory / "pods",
-                    driver=driver.name, sim_state=state, slices_per_card=slices_per_card,
-                    **names, **dict(settings or {}))
+                    driver=_config_driver(driver), sim_state=state,
+                    slices_per_card=slices_per_card, resource_prefix=prefix,
+                    sliced_resource=sliced_resource)
+    config = dataclasses.replace(config, **(settings or {}))
     js = nc.jetstream()
     store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
     source = MemoryPodSource()
@@ -232,6 +227,12 @@ async def node_stack(
 
 
 def _with_driver(options: Options, driver: Driver) -> Options:
-    from dataclasses import replace
+    return dataclasses.replace(options, driver=driver)
 
-    return replace(options, driver=driver)
+
+def _config_driver(driver: Driver) -> Literal["nvml", "hgml", "dmi", "sim"]:
+    """`driver.name` as `Config.driver` spells it (the `Driver` protocol says only `str`)."""
+    match driver.name:
+        case "nvml" | "hgml" | "dmi" | "sim" as name:
+            return name
+    raise AssertionError(f"no PK_DRIVER value names the {driver.name!r} driver")

@@ -12,9 +12,9 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -22,7 +22,6 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.micro.service import Service
 
-import tests_support as support
 from partkeeper.bus import publish, serve
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, machine
@@ -49,7 +48,9 @@ from schemas.names import (
     pods_get_subject,
     pods_subject,
 )
+from schemas.pods import PodState
 from services.reclaimer.tuning import Tuning
+from tests_support import until
 
 # Short waits so a test sees the threshold, the slow retries and redeliveries in a second or two.
 FAST = Tuning(
@@ -65,12 +66,6 @@ def new_uid() -> str:
     return str(uuid.uuid4())
 
 
-async def until(check: Callable[[], Awaitable[bool] | bool], what: str,
-                deadline: float = DEADLINE) -> None:
-    """Wait until `check()` holds, failing with `what` after `deadline` seconds."""
-    await support.until(check, what, deadline)
-
-
 @dataclass
 class FakeWatcher:
     """Answers pods.get from a table (uid -> state); a UID not in it is `unknown`.
@@ -79,7 +74,7 @@ class FakeWatcher:
     counts), so "no answer means no action" can be checked pass by pass.
     """
 
-    states: dict[str, str] = field(default_factory=dict)
+    states: dict[str, PodState] = field(default_factory=dict)
     asked: Counter[str] = field(default_factory=Counter)
     fresh: list[str] = field(default_factory=list)
     mode: str = "table"
@@ -118,6 +113,9 @@ class FakeWatcher:
             self.sub = None
 
 
+E = TypeVar("E", bound=PartitionEvent)
+
+
 class AuditLog:
     """Every PK_PARTITIONS event of the node as the stream stores it: in publish order, with
     re-publications of one fact (the same Nats-Msg-Id) counted once."""
@@ -142,11 +140,11 @@ class AuditLog:
         if self.sub is not None:
             await self.sub.unsubscribe()
 
-    def of(self, kind: type, **match: object) -> list:
+    def of(self, kind: type[E], **match: object) -> list[E]:
         return [e for e in self.events
                 if isinstance(e, kind) and all(getattr(e, k) == v for k, v in match.items())]
 
-    async def wait(self, kind: type, **match: object) -> list:
+    async def wait(self, kind: type[E], **match: object) -> list[E]:
         """The matching events, once at least one has arrived (stored events arrive in order)."""
         await until(lambda: bool(self.of(kind, **match)), f"{kind.__name__} {match} audited")
         return self.of(kind, **match)
@@ -179,9 +177,10 @@ class Hands:
         spec = InstanceSpec(claim.card, claim.profile, claim.start)
         return await asyncio.to_thread(self.driver.create, spec)
 
-    async def allocate(self, uid: str, **kw: object) -> tuple[Claim, Instance]:
+    async def allocate(self, uid: str, *, card: int = 0, start: int = 0, profile: str = PROFILE,
+                       container: str = "main") -> tuple[Claim, Instance]:
         """Write-ahead claim, create, activate, descriptor: what a successful Allocate leaves."""
-        claim = await self.begin(uid, **kw)  # type: ignore[arg-type]  # claim fields pass through as **kw
+        claim = await self.begin(uid, card=card, start=start, profile=profile, container=container)
         inst = await self.create(claim)
         live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
         await self.store.update(claim.card,
@@ -189,9 +188,7 @@ class Hands:
         body = json.dumps({"uuid": inst.uuid, "claim": claim.id}).encode()
         await asyncio.to_thread(write_descriptor, self.pods_dir, uid, claim.container, inst.uuid,
                                 body)
-        active = await self.claim(claim)
-        assert active is not None
-        return active, inst
+        return await self.current(claim), inst
 
     def descriptor(self, claim: Claim, inst: Instance) -> Path:
         name = f"partition-{inst.uuid}.json"
@@ -200,6 +197,13 @@ class Hands:
     async def claim(self, claim: Claim) -> Claim | None:
         doc, _ = await self.store.read(claim.card)
         return doc.claims.get(claim.id)
+
+    async def current(self, claim: Claim) -> Claim:
+        """`claim` as the store holds it now, failing the test when it was removed."""
+        now = await self.claim(claim)
+        if now is None:
+            raise AssertionError(f"claim {claim.id} of Pod {claim.pod_uid} was removed")
+        return now
 
     async def removed(self, claim: Claim) -> bool:
         return await self.claim(claim) is None

@@ -3,10 +3,7 @@ Every wait has a deadline."""
 
 from __future__ import annotations
 
-import asyncio
 import urllib.request
-from collections.abc import Callable
-from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -23,16 +20,6 @@ async def acknowledged(js: JetStreamContext, stream: str, durable: str, seq: int
         return False
     delivered = info.delivered.stream_seq if info.delivered else 0
     return (delivered or 0) >= seq and info.num_ack_pending == 0 and info.num_pending == 0
-
-
-async def until_true(check: Callable[[], Any], timeout: float = DEADLINE, what: str = "") -> None:
-    """Re-run the async `check` until it is truthy; fail with `what` at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
-        await asyncio.sleep(0.05)
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from nats.aio.client import Client
@@ -43,6 +42,7 @@ from schemas.names import (
     pods_states_subject,
     pods_subject,
 )
+from schemas.pods import PodState
 
 
 def build_pod(
@@ -102,7 +102,7 @@ class FakeWatcher:
 
     def __init__(self, nc: Client, node: str, *, batch: bool = True) -> None:
         self.nc, self.node, self.batch = nc, node, batch
-        self.states: dict[str, str] = {}
+        self.states: dict[str, PodState | Literal["error"]] = {}
         self.asked = Asked()
         self.service: Service | None = None
 
@@ -111,7 +111,7 @@ class FakeWatcher:
         state = self.states.get(body.uid, "unknown")
         if state == "error":
             raise RuntimeError("the watcher's test double was told to fail")
-        return PodsGetReply(uid=body.uid, state=state, evidence="test table")  # type: ignore[arg-type]  # the table's state as a plain str
+        return PodsGetReply(uid=body.uid, state=state, evidence="test table")
 
     async def answer_many(self, body: PodsStates) -> PodsStatesReply:
         return PodsStatesReply(pods=[await self.answer(PodsGet(uid=uid)) for uid in body.uids])
@@ -162,11 +162,6 @@ class FakeAllocator:
         if self.service is not None:
             await self.service.stop()
             self.service = None
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    """Wait for a filesystem condition, up to a deadline."""
-    await support.until(check, what, timeout)
 
 
 def snapshot(top: Path) -> dict[str, bytes | str]:
@@ -227,22 +222,24 @@ async def consumer_state(js: JetStreamContext, node: str) -> Any:
 
 async def acked_through(js: JetStreamContext, node: str, seq: int, timeout: float = 15) -> None:
     """Wait until the GC's durable consumer has acknowledged every message up to `seq`."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (await consumer_state(js, node)).ack_floor.stream_seq < seq:
-        if loop.time() > deadline:
-            pytest.fail(f"the GC did not acknowledge stream sequence {seq} within {timeout}s")
-        await asyncio.sleep(0.05)
+
+    async def acked() -> bool:
+        return (await consumer_state(js, node)).ack_floor.stream_seq >= seq
+
+    await support.until(acked, f"the GC acknowledged stream sequence {seq}", timeout)
 
 
 async def collected_event(js: JetStreamContext, node: str, timeout: float = 15) -> WorkdirCollected:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+    found: list[WorkdirCollected] = []
+
+    async def published() -> bool:
         try:
             msg = await js.get_last_msg(STREAM_PARTITIONS, parts_subject(node, None))
-            return decode(msg.data, WorkdirCollected)
         except NotFoundError:
-            if loop.time() > deadline:
-                pytest.fail("no WorkdirCollected event was published")
-            await asyncio.sleep(0.05)
+            return False
+        assert msg.data is not None, "the last partitions event has no payload"
+        found.append(decode(msg.data, WorkdirCollected))
+        return True
+
+    await support.until(published, "a WorkdirCollected event was published", timeout)
+    return found[0]

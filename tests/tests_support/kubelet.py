@@ -25,7 +25,14 @@ from partkeeper.kubelet import (
     open_unix_channel,
     unix_target,
 )
-from partkeeper.sim.kubelet import MemoryPodSource, PodState, SimKubelet
+from partkeeper.sim.kubelet import (
+    MemoryPodSource,
+    PhaseReport,
+    PodRecord,
+    PodState,
+    PodView,
+    SimKubelet,
+)
 from tests_support import short_tmpdir
 
 pb = deviceplugin_pb2
@@ -220,12 +227,37 @@ async def running(
             await plugin.stop()
 
 
+def pod_record(kubelet: SimKubelet, uid: str) -> PodRecord:
+    """The kubelet's record of Pod `uid`, failing the test when the kubelet has none (it never
+    saw the Pod, or forgot it)."""
+    record = kubelet.record(uid)
+    if record is None:
+        raise AssertionError(f"the kubelet has no record of Pod {uid}")
+    return record
+
+
+def last_report(source: MemoryPodSource, uid: str) -> PhaseReport:
+    """The last phase the kubelet reported for Pod `uid`, failing the test when it reported
+    none."""
+    report = source.last_report(uid)
+    if report is None:
+        raise AssertionError(f"the kubelet reported no phase for Pod {uid}")
+    return report
+
+
+def source_pod(source: MemoryPodSource, uid: str) -> PodView:
+    """Pod `uid` as the pod source (the API server's side) holds it, failing the test when it
+    is gone."""
+    pod = source.pod(uid)
+    if pod is None:
+        raise AssertionError(f"the pod source has no Pod {uid}")
+    return pod
+
+
 def is_state(h: Harness, uid: str, wanted: PodState) -> bool:
     record = h.kubelet.record(uid)
     return record is not None and record.state is wanted
 
 
 def state(h: Harness, uid: str) -> PodState:
-    record = h.kubelet.record(uid)
-    assert record is not None
-    return record.state
+    return pod_record(h.kubelet, uid).state

@@ -15,8 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from allocator.allocator_harness import FAST, until
-from allocator.allocator_peers import TableReclaimer, TableWatcher
 from kubernetes import client
 from nats.aio.client import Client
 
@@ -31,6 +29,9 @@ from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.main import serve
 from services.allocator.options import Options
+from tests_support import until
+from tests_support.allocator import FAST
+from tests_support.allocator_peers import TableReclaimer, TableWatcher
 
 pb = dra_pb2
 NAMESPACE = "default"
