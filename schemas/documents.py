@@ -52,7 +52,7 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     resource_claim_uid: str = ""
     # DRA mode: when kubelet last called NodeUnprepareResources for the ResourceClaim (0: it is
     # prepared). The partition lives until then, and until the claim is deallocated from this
-    # node, or deleted (DESIGN.md section 11). Older records lack it: 0, still prepared.
+    # node, or deleted (docs/contract.md section 11). Older records lack it: 0, still prepared.
     unprepared_at: float = 0.0
 
 

@@ -9,7 +9,7 @@ the table renders, and test_access_control.py holds a real nats-server to the ta
 A subject template names the node as `{node}`: the node's subject token (schemas.names
 .encode_token) in a static configuration, `{{tag(node)}}` in a signing-key template. Nothing here
 grants creating, updating, purging or deleting a stream or bucket except the `provision` role
-(`partkeeper provision`, DESIGN.md section 4): the services only look (STREAM.INFO).
+(`partkeeper provision`, docs/contract.md section 4): the services only look (STREAM.INFO).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Provisioning (`partkeeper provision`, DESIGN.md section 4): the one creator of streams and
+"""Provisioning (`partkeeper provision`, docs/contract.md section 4): the one creator of streams and
 buckets. The services only look and wait, not ready, with one line saying what is missing; the
 buckets get direct get, and a bucket an older version created without it is updated in place
 with its values kept (docs/operations.md, "Direct get on existing buckets")."""

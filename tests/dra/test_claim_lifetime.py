@@ -1,5 +1,5 @@
 """A DRA partition lives as long as its ResourceClaim's use on the node, never as long as the
-first Pod of `reservedFor` (DESIGN.md section 11): the pure decisions of both sides."""
+first Pod of `reservedFor` (docs/contract.md section 11): the pure decisions of both sides."""
 
 from __future__ import annotations
 
