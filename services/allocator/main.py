@@ -102,7 +102,9 @@ async def _start(parts: Parts, life: Lifecycle) -> None:
     await life.until(computed)
     life.spawn("removals", Removals(ctx, parts.recompute).run())
     # Stopped after the tasks, in this order: the Allocate calls in flight first (the servers'
-    # handlers wait on them), then registration and the plugin servers.
+    # handlers wait on them), then registration and the plugin servers, then the claims
+    # announcements those calls left in flight.
+    life.on_stop("the audit announcements", ctx.store.settle)
     life.on_stop("registration and the plugin servers", parts.registrar.stop)
     life.on_stop("the Allocate calls", parts.allocator.close)
     for server in parts.servers:

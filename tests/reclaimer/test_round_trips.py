@@ -23,6 +23,7 @@ from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
 from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
+from tests_support.audit_hold import hold_audit
 
 # One PodGone for a Pod holding one active partition, the instance recorded on its claim (the
 # common case): release, destroy, remove, each step of docs/reclaimer.md; see
@@ -33,11 +34,12 @@ RECLAIM = {
     # against the read its step was decided on
     "kv read pk-claims": 5,
     "kv cas pk-claims": 2,  # active -> releasing before the destroy, then removed after it
-    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
-    # longer sends it a second time for the stream to drop as a duplicate)
-    "publish pk.parts": 2,
     "ack": 1,  # the PodGone, once handled
 }
+# Each transition's ClaimChanged, sent by the store's outbox after its write, in the PodGone's
+# trace but no longer awaited by the steps (the entry is durable in the same write; the outbox
+# re-sends what did not leave): the Pod is reclaimed while they are held up, and they follow.
+ANNOUNCED = {"publish pk.parts": 2}
 
 
 @pytest.fixture
@@ -52,6 +54,7 @@ async def test_reclaim_round_trips(hands: Hands, counted: Client, config: Config
     uid = new_uid()
     claim, inst = await hands.allocate(uid, card=0, start=2)
     trips = count(counted)
+    held = hold_audit(counted)
     ready = asyncio.Event()
     task = asyncio.create_task(serve(dataclasses.replace(config, resync_seconds=3600), counted,
                                      ready=ready, tuning=FAST))
@@ -65,6 +68,12 @@ async def test_reclaim_round_trips(hands: Hands, counted: Client, config: Config
         assert await hands.removed(claim) and not await hands.exists(inst)
         made = trips.of_trace(trace_id)
         assert kinds(made) == RECLAIM, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+        held.set()
+        total = RECLAIM | ANNOUNCED
+        await until(lambda: len(trips.of_trace(trace_id)) == sum(total.values()),
+                    "the announcements followed")
+        made = trips.of_trace(trace_id)
+        assert kinds(made) == total, "\n".join(f"{t.kind}: {t.subject}" for t in made)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -74,7 +74,9 @@ async def serve(
         life.spawn("slice publisher", publisher.run(published))
         life.spawn("slice watch", SliceWatch(api, publisher).run())
         await life.until(published)
-        # Stopped after the tasks, in this order: the sockets, then the realisations in flight.
+        # Stopped after the tasks, in this order: the sockets, then the realisations in flight,
+        # then the claims announcements they left in flight.
+        life.on_stop("the audit announcements", ctx.store.settle)
         life.on_stop("the DRA calls in flight", preparer.close)
         life.on_stop("the kubelet plugin", plugin.stop)
         await _serve_plugin(plugin)
