@@ -3,7 +3,8 @@
     Pod view and claims watch (the same as device-plugin mode) -> pk-allocator micro service ->
     capacity recompute (pk-capacity, for status and metrics) -> hardware poll ->
     ResourceSlice publisher and the watch of its slices (first publication awaited) ->
-    kubelet plugin sockets -> claim lifetimes (release once a ResourceClaim's use ends)
+    kubelet plugin sockets -> ResourceClaim watch and claim lifetimes (release once a
+    ResourceClaim's use ends; the watch wakes them)
 
 No device-plugin socket is served and no device-plugin board is built: kubelet learns about our
 devices only from the slices.
@@ -24,6 +25,7 @@ from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
 from services.allocator import build, claims_service
 from services.allocator.dra import versions
+from services.allocator.dra.claimwatch import ClaimWatch
 from services.allocator.dra.ends import ClaimEnds
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.plugin import KubeletPlugin
@@ -80,6 +82,9 @@ async def serve(
         life.on_stop("the DRA calls in flight", preparer.close)
         life.on_stop("the kubelet plugin", plugin.stop)
         await _serve_plugin(plugin)
+        claims = ClaimWatch(api, lambda: ends.held, ends.wake)
+        ends.watched = lambda: claims.synced
+        life.spawn("ResourceClaim watch", claims.run())
         life.spawn("claim lifetimes", ends.run())
         log.info("allocator ready on node %s in DRA mode: %s", config.node, plugin.service_path)
         if ready is not None:
