@@ -16,11 +16,14 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 from nats.aio.client import Client
+from opentelemetry import trace as otel
 from opentelemetry.sdk.trace import TracerProvider
 from reclaimer.reclaimer_harness import FAST, Hands, new_uid, until
 
 from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
+from partkeeper.drivers.base import Instance
+from partkeeper.drivers.sim import SimDriver
 from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from tests_support.audit_hold import hold_audit
@@ -49,9 +52,25 @@ async def counted(nats_server: NatsServer) -> AsyncIterator[Client]:
     await nc.close()
 
 
+def count_enumerations(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The trace id of every card enumeration the sim driver serves from now on (the call runs
+    in a worker thread, which carries the caller's context)."""
+    made: list[str | None] = []
+    real = SimDriver.instances
+
+    def instances(self: SimDriver, card: int) -> list[Instance]:
+        context = otel.get_current_span().get_span_context()
+        made.append(f"{context.trace_id:032x}" if context.is_valid else None)
+        return real(self, card)
+
+    monkeypatch.setattr(SimDriver, "instances", instances)
+    return made
+
+
 async def test_reclaim_round_trips(hands: Hands, counted: Client, config: Config,
-                                   watcher: object) -> None:
+                                   watcher: object, monkeypatch: pytest.MonkeyPatch) -> None:
     uid = new_uid()
+    enumerated = count_enumerations(monkeypatch)
     claim, inst = await hands.allocate(uid, card=0, start=2)
     trips = count(counted)
     held = hold_audit(counted)
@@ -68,6 +87,10 @@ async def test_reclaim_round_trips(hands: Hands, counted: Client, config: Config
         assert await hands.removed(claim) and not await hands.exists(inst)
         made = trips.of_trace(trace_id)
         assert kinds(made) == RECLAIM, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+        # One driver enumeration: the destroy step's look at the card. The release needs none
+        # (decide.needs_sighting), and the removal follows the driver's confirmed destroy
+        # without another (resolve._destroy).
+        assert enumerated.count(trace_id) == 1
         held.set()
         total = RECLAIM | ANNOUNCED
         await until(lambda: len(trips.of_trace(trace_id)) == sum(total.values()),
