@@ -7,11 +7,14 @@ revision fences the allocator and the reclaimer of a card across processes witho
 A store that `announce`s (the allocator's and the reclaimer's) is also the outbox of the audit
 log (outbox.py): each write carries its transitions' `ClaimChanged` entries, published after the
 write and stripped once published; `flush_outbox` re-sends whatever an earlier write or process
-left there.
+left there. The publish is not awaited by the writer: the entry is durable with the write, so
+the caller (an Allocate, a release) goes on while one sender per card sends its entries in
+write order; `settle` waits for them at a stop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -51,6 +54,8 @@ class ClaimsStore:
         self.conflicts = 0  # CAS conflicts seen, for metrics and tests
         self.announce = announce
         self._published: dict[int, set[str]] = {}  # per card: outbox entries known to be sent
+        self._order: dict[int, asyncio.Lock] = {}  # per card: its sends, one at a time, in order
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def read(self, card: int) -> tuple[CardClaims, int]:
         """The card's document and its revision (0: no document yet). Raises StoreReadError."""
@@ -147,8 +152,34 @@ class ClaimsStore:
             return None
         if self.announce:
             await faults.reach("claims.after_write")
-            await self._send(card, new)
+            self._announce(card, new)
         return new, int(written)
+
+    def _announce(self, card: int, doc: CardClaims) -> None:
+        """Send `doc`'s outbox after the writes before it, without making the writer wait: the
+        entries are in the document already, so a send that never happens (a crash, a stop, a
+        NATS outage) is one `flush_outbox` makes later. The task inherits the writer's trace,
+        so each event still carries the `traceparent` of the operation that caused it."""
+        lock = self._order.setdefault(card, asyncio.Lock())
+
+        async def send() -> None:
+            async with lock:  # FIFO: the entries leave in the order they were written
+                await self._send(card, doc)
+
+        task = asyncio.create_task(send(), name=f"announce card {card}")
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def settle(self, timeout: float = PUBLISH_SECONDS) -> None:
+        """Wait (bounded) for the announcements in flight, then drop what is left: it stays in
+        the documents for the next `flush_outbox`. For a service's stop."""
+        pending = set(self._sending)
+        if not pending:
+            return
+        _, late = await asyncio.wait(pending, timeout=timeout)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
 
     async def _send(self, card: int, doc: CardClaims) -> None:
         """Publish the outbox entries of `doc` not yet sent, oldest first, stopping at the first
@@ -177,7 +208,8 @@ class ClaimsStore:
         for card, (doc, _) in (await self.read_all()).items():
             if not doc.outbox:
                 continue
-            await self._send(card, doc)
+            async with self._order.setdefault(card, asyncio.Lock()):
+                await self._send(card, doc)
             sent = frozenset(self._published.get(card, ()))
             if sent:
                 try:

@@ -129,8 +129,14 @@ def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
-def write_atomic(dir_fd: int, name: str, body: bytes, where: Path) -> None:
-    """Write `body` to `name` in `dir_fd` all-or-nothing: temp file, fsync, rename, fsync dir."""
+def write_atomic(dir_fd: int, name: str, body: bytes, where: Path, *, durable: bool = True) -> None:
+    """Write `body` to `name` in `dir_fd` all-or-nothing: temp file, rename.
+
+    The rename makes it all-or-nothing for every reader and across a crash of the writer (the
+    page cache survives a process). `durable` adds an fsync of the file before the rename and of
+    the directory after it, which only a power loss or a kernel crash needs: the write is then on
+    disk when this returns. Which files need that: docs/gc.md, "Durability of the files".
+    """
     temp = f"{TEMP_PREFIX}{name}-{secrets.token_hex(4)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -140,12 +146,14 @@ def write_atomic(dir_fd: int, name: str, body: bytes, where: Path) -> None:
             view = memoryview(body)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         # rename replaces a symlink or file at `name` itself and never writes through it.
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        os.fsync(dir_fd)
+        if durable:
+            os.fsync(dir_fd)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(temp, dir_fd=dir_fd)

@@ -68,11 +68,15 @@ def _in_container(
 def write_descriptor(
     root: Path | str, uid: str, container: str, mig_uuid: str, body: bytes
 ) -> Path:
-    """Write `partition-<mig_uuid>.json` for this container atomically; return its path."""
+    """Write `partition-<mig_uuid>.json` for this container atomically; return its path.
+
+    Not fsynced: what it describes does not outlive a power loss, and nothing reads its body
+    after one (docs/gc.md, "Durability of the files")."""
     root = Path(root)
     name = descriptor_entry(check_token(root, mig_uuid, "MIG UUID"))
     path = container_dir(root, uid, container) / name
-    _in_container(root, uid, container, lambda _r, cfd: fdops.write_atomic(cfd, name, body, path))
+    _in_container(root, uid, container,
+                  lambda _r, cfd: fdops.write_atomic(cfd, name, body, path, durable=False))
     return path
 
 

@@ -4,7 +4,8 @@ The Pod-event consumer, `reclaim.now` and the reconcile pass all resolve claims 
 whichever comes first does the work and the others find it done. Each step re-reads the claim and
 re-enumerates the card (in that order: an instance recorded in the claim existed before the claim
 was read, so its absence from a later enumeration is real), and every write is a compare-and-set
-that re-checks the claim it decided on.
+that re-checks the claim it decided on. One exception: a destroy the driver confirmed (or a card
+whose partition mode is off) is followed by the removal at once, without enumerating again.
 """
 
 from __future__ import annotations
@@ -159,7 +160,11 @@ async def _destroy(ctx: Context, claim: Claim, instance: Instance, evidence: Evi
         metrics.RECLAIM_SECONDS.observe(max(0.0, time.time() - evidence.observed_at))
     _log(claim, "instance destroyed", instance.uuid)
     await faults.reach("reclaimer.after_destroy")
-    return Again()
+    # The driver has just confirmed it gone, as after a mode-off above: the removal follows at
+    # once, on a fresh read of the claim, without enumerating the card again to see it absent
+    # (a driver call on the way to re-advertising the room, issue 27). What the card shows
+    # still decides the advertisement: the allocator enumerates before it offers a slot.
+    return await _remove(ctx, claim)
 
 
 async def _destroy_failed(

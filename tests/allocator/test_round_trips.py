@@ -32,6 +32,8 @@ from schemas.names import BUCKET_PODS, pods_key
 from services.allocator.main import serve as serve_allocator
 from services.allocator.options import Options
 from services.allocator.registration import endpoint_name
+from tests_support import until
+from tests_support.audit_hold import hold_audit
 from tests_support.lone_allocator import lone_config, pending_watcher
 
 RESOURCE = "nvidia.com/mig-1g.10gb"
@@ -44,10 +46,12 @@ ALLOCATE = {
     "kv read pk-claims": 1,
     "request pods.pending": 1,  # which Pod: the watcher's view
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
-    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
-    # longer sends it a second time for the stream to drop as a duplicate)
-    "publish pk.parts": 2,
 }
+# Each transition's ClaimChanged, sent by the store's outbox after its write, in the call's trace
+# but no longer awaited by it (the entry is durable in the same write; the outbox re-sends what
+# did not leave): the call replies while they are held up, and they follow. The service does not
+# send them a second time for the stream to drop as a duplicate.
+ANNOUNCED = {"publish pk.parts": 2}
 
 
 def pod(node: str, i: int) -> PodRecord:
@@ -73,6 +77,7 @@ async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> N
     watcher = await pending_watcher(nc, node, pending)
     config = lone_config(directory, node)
     trips: Trips = count(counted)
+    held = hold_audit(counted)
     ready = asyncio.Event()
     task = asyncio.create_task(serve_allocator(
         config, counted, ready=ready, options=Options(driver=SimDriver(directory / "sim.json"))))
@@ -90,9 +95,17 @@ async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> N
                 await stub.Allocate(pb.AllocateRequest(container_requests=[
                     pb.ContainerAllocateRequest(devices_ids=[token])]), timeout=30,
                     metadata=metadata)
-                seen.append(trips.of_trace(trace_id))
-        for made in seen:
+                seen.append(trace_id)
+        for trace_id in seen:  # the audit is still held up: what the calls waited for
+            made = trips.of_trace(trace_id)
             assert kinds(made) == ALLOCATE, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+        held.set()
+        for trace_id in seen:
+            await until(lambda t=trace_id: len(trips.of_trace(t)) == sum(  # type: ignore[misc]
+                (ALLOCATE | ANNOUNCED).values()), "the announcements followed", 10)
+            made = trips.of_trace(trace_id)
+            assert kinds(made) == ALLOCATE | ANNOUNCED, "\n".join(
+                f"{t.kind}: {t.subject}" for t in made)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

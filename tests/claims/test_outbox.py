@@ -23,6 +23,7 @@ from partkeeper.stack.natsserver import NatsServer
 from schemas import CardClaims, ClaimChanged, LiveInstance, SchemaError, decode
 from schemas.names import BUCKET_CLAIMS, STREAM_PARTITIONS, parts_filter
 from tests_support import make_claim, until
+from tests_support.audit_hold import hold_audit
 
 NODE = "node-outbox"
 LIVE = LiveInstance(gi_id=1, ci_id=0, uuid="MIG-1")
@@ -173,6 +174,7 @@ async def test_a_publish_sent_twice_is_stored_once(own: tuple[NatsServer, Client
     _, client = own
     first = await store_on(client)
     await first.update(0, lambda d: machine.begin(d, make_claim("c-twice", 0, 2)))
+    await first.settle()
     assert [e.state for e in await audit_of(client, "c-twice")] == ["creating"]
     later = await store_on(client)  # a new process: knows nothing was sent
     assert [e.msg_id for e in (await later.read(0))[0].outbox] == ["claim/c-twice/creating"]
@@ -203,3 +205,20 @@ async def test_a_refused_publish_is_kept_in_the_document_until_the_stream_takes_
     assert await later.flush_outbox() == 0
     assert [e.state for e in await audit_of(client, "c-full")] == ["creating", "active"]
     assert (await later.read(0))[0].outbox == []
+
+
+async def test_a_write_does_not_wait_for_its_announcement_and_they_leave_in_order(
+        own: tuple[NatsServer, Client]) -> None:
+    """With the audit stream held up, both writes return (the entries are in the document, so
+    the writer need not wait: issue 27, the Allocate's hot path); once it answers, the entries
+    reach PK_PARTITIONS in the order they were written."""
+    _, client = own
+    held = hold_audit(client)
+    store = await store_on(client)
+    await asyncio.wait_for(
+        store.update(0, lambda d: machine.begin(d, make_claim("c-order", 0, 2))), 10)
+    await asyncio.wait_for(store.update(0, lambda d: machine.activate(d, "c-order", LIVE, 1)), 10)
+    assert await audit_of(client, "c-order") == []  # nothing has left yet
+    held.set()
+    await store.settle(timeout=10)
+    assert [e.state for e in await audit_of(client, "c-order")] == ["creating", "active"]

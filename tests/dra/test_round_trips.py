@@ -14,6 +14,7 @@ from partkeeper.bus.trips import count, kinds, new_trace
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.kubelet import dra_pb2_grpc, open_unix_channel
 from tests_support import until
+from tests_support.audit_hold import hold_audit
 from tests_support.dra import dra_node
 
 # One prepare of a claim the scheduler allocated, prepared once (the common case): see
@@ -22,14 +23,16 @@ PREPARE = {
     # the card's claims, once: both compare-and-sets write against it, then against the first
     "kv read pk-claims": 1,
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
-    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
-    # longer sends it a second time for the stream to drop as a duplicate)
-    "publish pk.parts": 2,
 }
+# Each transition's ClaimChanged, sent by the store's outbox after its write, in the prepare's
+# trace but no longer awaited by it (the entry is durable in the same write; the outbox re-sends
+# what did not leave): the prepare answers while they are held up, and they follow.
+ANNOUNCED = {"publish pk.parts": 2}
 
 
 async def test_prepare_round_trips(nc, js, node, kubeconfig) -> None:
     trips = count(nc)
+    held = hold_audit(nc)
     async with dra_node(nc, node, kubeconfig) as stack:
         async def offered() -> bool:
             return "gpu-0-mig-1g10gb-6" in await stack.offered()
@@ -44,4 +47,10 @@ async def test_prepare_round_trips(nc, js, node, kubeconfig) -> None:
         assert reply.claims[ref.uid].error == ""
         made = trips.of_trace(trace_id)
         assert kinds(made) == PREPARE, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+        held.set()
+        total = PREPARE | ANNOUNCED
+        await until(lambda: len(trips.of_trace(trace_id)) == sum(total.values()),
+                    "the announcements followed")
+        made = trips.of_trace(trace_id)
+        assert kinds(made) == total, "\n".join(f"{t.kind}: {t.subject}" for t in made)
 

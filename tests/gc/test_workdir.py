@@ -85,6 +85,40 @@ def test_a_built_path_never_leaves_the_root(uid: str, container: str, token: str
 
 # --- writing ------------------------------------------------------------------------------------
 
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record what each os.fsync synced ("file" or "dir") and let it through."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_a_descriptor_costs_no_fsync(
+    root: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Allocate path's descriptor is renamed into place, not synced: what it describes does
+    not outlive a power loss and nothing reads its body after one (docs/gc.md, "Durability of
+    the files"). A sync added back is two disk flushes per Allocate."""
+    synced = _count_fsyncs(monkeypatch)
+    workdir.write_descriptor(root, uid, "main", "MIG-abc", b'{"v": 1}')
+    assert synced == []
+
+
+def test_sliced_files_are_synced_before_they_count(
+    root: Path, uid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark and the limiter files outlive a reboot with the Pod (a logical slice is a share
+    of a card, which survives it): each is on disk, file and name, before the reply."""
+    synced = _count_fsyncs(monkeypatch)
+    workdir.write_sliced(root, uid, "worker-1", {"limits.json": b"{}"}, cache_dir="cc")
+    assert synced == ["file", "dir", "file", "dir"]  # the mark, then limits.json
+
+
 
 def test_descriptor_is_written_atomically_with_narrow_modes(root: Path, uid: str) -> None:
     path = workdir.write_descriptor(root, uid, "main", "MIG-abc", b'{"v": 1}')

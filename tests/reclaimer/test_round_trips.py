@@ -16,13 +16,17 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 from nats.aio.client import Client
+from opentelemetry import trace as otel
 from opentelemetry.sdk.trace import TracerProvider
 
 from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
+from partkeeper.drivers.base import Instance
+from partkeeper.drivers.sim import SimDriver
 from partkeeper.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from tests_support import until
+from tests_support.audit_hold import hold_audit
 from tests_support.reclaimer import FAST, Hands, new_uid
 
 # One PodGone for a Pod holding one active partition, the instance recorded on its claim (the
@@ -34,11 +38,12 @@ RECLAIM = {
     # against the read its step was decided on
     "kv read pk-claims": 5,
     "kv cas pk-claims": 2,  # active -> releasing before the destroy, then removed after it
-    # each transition's ClaimChanged, sent by the store's outbox after its write (the service no
-    # longer sends it a second time for the stream to drop as a duplicate)
-    "publish pk.parts": 2,
     "ack": 1,  # the PodGone, once handled
 }
+# Each transition's ClaimChanged, sent by the store's outbox after its write, in the PodGone's
+# trace but no longer awaited by the steps (the entry is durable in the same write; the outbox
+# re-sends what did not leave): the Pod is reclaimed while they are held up, and they follow.
+ANNOUNCED = {"publish pk.parts": 2}
 
 
 @pytest.fixture
@@ -48,11 +53,28 @@ async def counted(nats_server: NatsServer) -> AsyncIterator[Client]:
     await nc.close()
 
 
+def count_enumerations(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The trace id of every card enumeration the sim driver serves from now on (the call runs
+    in a worker thread, which carries the caller's context)."""
+    made: list[str | None] = []
+    real = SimDriver.instances
+
+    def instances(self: SimDriver, card: int) -> list[Instance]:
+        context = otel.get_current_span().get_span_context()
+        made.append(f"{context.trace_id:032x}" if context.is_valid else None)
+        return real(self, card)
+
+    monkeypatch.setattr(SimDriver, "instances", instances)
+    return made
+
+
 async def test_reclaim_round_trips(hands: Hands, counted: Client, config: Config,
-                                   watcher: object) -> None:
+                                   watcher: object, monkeypatch: pytest.MonkeyPatch) -> None:
     uid = new_uid()
+    enumerated = count_enumerations(monkeypatch)
     claim, inst = await hands.allocate(uid, card=0, start=2)
     trips = count(counted)
+    held = hold_audit(counted)
     ready = asyncio.Event()
     task = asyncio.create_task(serve(dataclasses.replace(config, resync_seconds=3600), counted,
                                      ready=ready, tuning=FAST))
@@ -66,6 +88,16 @@ async def test_reclaim_round_trips(hands: Hands, counted: Client, config: Config
         assert await hands.removed(claim) and not await hands.exists(inst)
         made = trips.of_trace(trace_id)
         assert kinds(made) == RECLAIM, "\n".join(f"{t.kind}: {t.subject}" for t in made)
+        # One driver enumeration: the destroy step's look at the card. The release needs none
+        # (decide.needs_sighting), and the removal follows the driver's confirmed destroy
+        # without another (resolve._destroy).
+        assert enumerated.count(trace_id) == 1
+        held.set()
+        total = RECLAIM | ANNOUNCED
+        await until(lambda: len(trips.of_trace(trace_id)) == sum(total.values()),
+                    "the announcements followed")
+        made = trips.of_trace(trace_id)
+        assert kinds(made) == total, "\n".join(f"{t.kind}: {t.subject}" for t in made)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""When a DRA partition's use ends: the ResourceClaim's lifetime, not a Pod's (docs/contract.md section 11).
+"""When a DRA partition's use ends: the ResourceClaim's lifetime, not a Pod's (docs/contract.md 11).
 
 A ResourceClaim may be reserved for several Pods (`status.reservedFor` lists them all). Kubelet
 prepares it once per node, keeps the set of Pods using it, and calls NodeUnprepareResources only
@@ -15,8 +15,10 @@ released when
   claim's allocation no longer names this device in this node's pool.
 
 `ending` decides that, pure; `ClaimEnds` reads the claims and asks the API server about every
-DRA claim each `PK_RESYNC_SECONDS`, and about the unprepared ones on every unprepare, every
-change the allocator sees and, with backoff, while one still waits for its deallocation. The
+DRA claim each `PK_RESYNC_SECONDS`, and about the unprepared ones on every unprepare and, while
+one still waits for its deallocation, whenever the ResourceClaim watch (claimwatch.py) sees a
+change of a claim it holds; while that watch is down, at every change the allocator sees and
+with backoff. The
 Pod that happened to be first in `reservedFor` decides nothing, and the reclaimer leaves DRA
 claims to this (services/reclaimer/decide.py).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from partkeeper import backoff
@@ -37,6 +40,10 @@ from services.allocator.context import Context
 from services.allocator.dra.kube import KubeError, ResourceApi
 
 log = logging.getLogger(__name__)
+
+# With the ResourceClaim watch up, an unprepared claim is looked at again when the watch sees it
+# change; this bounds how long a lost event could hold a release back.
+WATCHED_RECHECK_SECONDS = 2.0
 
 
 def allocated_here(body: dict[str, Any], device: str, node: str) -> bool:
@@ -69,6 +76,8 @@ class ClaimEnds:
         self.api = api
         self.released = 0
         self._wake = asyncio.Event()
+        self.held: frozenset[str] = frozenset()  # ResourceClaim UIDs with a partition here
+        self.watched: Callable[[], bool] = lambda: False  # the ResourceClaim watch is up
 
     def wake(self) -> None:
         self._wake.set()
@@ -89,10 +98,14 @@ class ClaimEnds:
                 await woken_or_timeout(self._wake, full_at - loop.time())
                 continue
             # An unprepared claim waits for the resourceclaim controller to deallocate or delete
-            # it, which nothing here is told of: ask again soon, and at every change the
-            # allocator sees (the Pod's end reaches the Pod view about then).
+            # it: the ResourceClaim watch wakes this when it does. Without the watch, ask again
+            # soon, and at every change the allocator sees (the Pod's end reaches the Pod view
+            # about then).
             waiting += 1
-            await woken_or_timeout(change, backoff.delay(waiting, base=0.02, cap=2.0))
+            if self.watched():
+                await woken_or_timeout(self._wake, WATCHED_RECHECK_SECONDS)
+            else:
+                await woken_or_timeout(change, backoff.delay(waiting, base=0.02, cap=2.0))
 
     async def once(self, *, full: bool = True) -> bool:
         """One pass over the unprepared claims (all DRA claims when `full`: a claim deleted
@@ -104,6 +117,8 @@ class ClaimEnds:
             log.warning("DRA claim lifetimes not checked (%s); again next pass", exc)
             return True
         pending = False
+        self.held = frozenset(c.resource_claim_uid for doc, _ in docs.values()
+                              for c in doc.claims.values() if c.resource_claim_uid)
         for doc, _ in docs.values():
             for claim in doc.claims.values():
                 if not claim.resource_claim_uid or claim.state == "releasing":

@@ -66,6 +66,20 @@ class ResourceApi:
         return await self._call(f"GET of ResourceClaim {namespace}/{name}",
                                 self.api.read_namespaced_resource_claim, name, namespace)
 
+    async def list_claims_at(self) -> tuple[str, list[dict[str, Any]]]:
+        """The list's resourceVersion and every ResourceClaim (all namespaces: a claim has no
+        field naming its node to select on; only metadata.name and metadata.namespace are)."""
+        body = await self._call("LIST of the ResourceClaims",
+                                self.api.list_resource_claim_for_all_namespaces)
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list) or (body.get("metadata") or {}).get("continue"):
+            raise KubeError("LIST of the ResourceClaims: not a complete list")
+        return str((body.get("metadata") or {}).get("resourceVersion", "")), items
+
+    def watch_claims(self, **kwargs: Any) -> Any:
+        """The blocking watch call `partkeeper.listwatch` runs in its thread."""
+        return self.api.list_resource_claim_for_all_namespaces(**kwargs)
+
     async def server_version(self) -> Any:
         """The API server's /version document."""
         return await self._call("GET of /version", client.VersionApi(self.api.api_client).get_code)

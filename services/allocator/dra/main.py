@@ -3,7 +3,8 @@
     what both modes start (`startup.start`: Pod view, claims watch, pk-allocator micro service,
     capacity recompute for status and metrics, hardware poll) ->
     ResourceSlice publisher and the watch of its slices (first publication awaited) ->
-    kubelet plugin sockets -> claim lifetimes (release once a ResourceClaim's use ends)
+    kubelet plugin sockets -> ResourceClaim watch and claim lifetimes (release once a
+    ResourceClaim's use ends; the watch wakes them)
 
 No device-plugin socket is served and no device-plugin board is built: kubelet learns about our
 devices only from the slices.
@@ -23,6 +24,7 @@ from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
 from services.allocator import build, startup
 from services.allocator.dra import versions
+from services.allocator.dra.claimwatch import ClaimWatch
 from services.allocator.dra.ends import ClaimEnds
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.plugin import KubeletPlugin
@@ -58,7 +60,9 @@ async def serve(
         life.spawn("slice publisher", publisher.run(published))
         life.spawn("slice watch", SliceWatch(api, publisher).run())
         await life.until(published)
-        # Stopped after the tasks, in this order: the sockets, then the realisations in flight.
+        # Stopped after the tasks, in this order: the sockets, then the realisations in flight,
+        # then the claims announcements they left in flight.
+        life.on_stop("the audit announcements", ctx.store.settle)
         life.on_stop("the DRA calls in flight", preparer.close)
         life.on_stop("the kubelet plugin", plugin.stop)
         try:
@@ -68,6 +72,9 @@ async def serve(
                 f"the DRA plugin on {plugin.service_path} and {plugin.registration_path}", exc,
                 "PK_KUBELET_PLUGINS_DIR and PK_KUBELET_REGISTRY_DIR must be the kubelet's "
                 "plugins and plugins_registry directories") from exc
+        claims = ClaimWatch(api, lambda: ends.held, ends.wake)
+        ends.watched = lambda: claims.synced
+        life.spawn("ResourceClaim watch", claims.run())
         life.spawn("claim lifetimes", ends.run())
         log.info("allocator ready on node %s in DRA mode: %s", config.node, plugin.service_path)
         if ready is not None:
