@@ -1,8 +1,9 @@
 """The streams and KV buckets the contract names (schemas.names): provisioning, and the check.
 
 `ensure_topology` creates or updates every stream and bucket; only `partkeeper provision` runs
-it, as the one identity allowed to (docs/contract.md section 4, bus/permissions.py). The services call
-`missing_topology`, which only looks (STREAM.INFO), and wait, not ready, while anything is missing.
+it, as the one identity allowed to (docs/contract.md section 4, bus/permissions.py). The
+services call `missing_topology`, which only looks (STREAM.INFO), and wait, not ready, while
+anything is missing.
 
 Every stream and bucket stream gets an explicit consumer limit: nats-server 2.15 gives a stream
 1000 consumers unless it sets its own (and takes -1 for its default), and a fleet shares these

@@ -11,7 +11,7 @@ else in the allocator writes claims.
                                        the reclaimer finishes the job
     active -> releasing    release     DRA mode: the ResourceClaim's use on this node ended
     (active)               unprepared  DRA mode: NodeUnprepareResources came, or a new prepare
-                                       cleared it (the claim's lifetime, docs/contract.md section 11)
+                                       cleared it (the claim's lifetime, docs/contract.md 11)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""When a DRA partition's use ends: the ResourceClaim's lifetime, not a Pod's (docs/contract.md section 11).
+"""When a DRA partition's use ends: the ResourceClaim's lifetime, not a Pod's (docs/contract.md 11).
 
 A ResourceClaim may be reserved for several Pods (`status.reservedFor` lists them all). Kubelet
 prepares it once per node, keeps the set of Pods using it, and calls NodeUnprepareResources only
