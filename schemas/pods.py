@@ -29,6 +29,11 @@ def validate_pod_uid(uid: object) -> str:
     return uid
 
 
+def is_pod_uid(value: object) -> bool:
+    """Whether `value` is a well-formed Pod UID (validate_pod_uid says why one is not)."""
+    return isinstance(value, str) and _POD_UID.fullmatch(value) is not None
+
+
 class ContainerRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One container and its requests of partkeeper's resources (resource name -> quantity)."""
 

@@ -103,12 +103,6 @@ def is_descriptor_entry(entry: str) -> bool:
     return bool(_SAFE_TOKEN.fullmatch(token))
 
 
-def is_uid_entry(entry: str) -> bool:
-    try:
-        validate_pod_uid(entry)
-    except InvalidPodUID:
-        return False
-    return True
 
 
 def pod_dir(root: Path | str, uid: str) -> Path:

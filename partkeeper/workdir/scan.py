@@ -23,9 +23,9 @@ from partkeeper.workdir.names import (
     check_uid,
     container_of,
     is_descriptor_entry,
-    is_uid_entry,
     mark_matches,
 )
+from schemas.pods import is_pod_uid
 
 if TYPE_CHECKING:
     from partkeeper.workdir.cache import ScanCache
@@ -231,7 +231,7 @@ def scan_root(
             others: list[Entry] = []
             look = cache.begin(r) if cache is not None else scan_pod_reported
             for name in _listdir(r.fd, r.path):
-                if is_uid_entry(name):
+                if is_pod_uid(name):
                     pods.append(look(r, name))
                 elif (found := _entry(r, r.fd, name)) is not None:
                     others.append(found)

@@ -47,7 +47,11 @@ class Recompute:
         self.boards = boards
         self.capacity_kv = capacity_kv
         self.published: NodeCapacity | None = None
-        self.failures = 0
+        # A failed pass or publish is retried by touching the changes after the schedule's wait:
+        # the pass itself stays the one place the lists are computed.
+        self.reading = backoff.Failures("capacity not recomputed",
+                                        backoff.Schedule(base=0.2, cap=5.0))
+        self.publishing = backoff.Failures("publishing capacity to pk-capacity")
         # The instances the last pass advertised: the hardware poll compares against these, not
         # against its own previous reading, so a change it saw only the end of is not missed.
         self.advertised: Mapping[int, tuple[Instance, ...]] | None = None
@@ -76,13 +80,10 @@ class Recompute:
         try:
             snap = await read(self.ctx)
         except SnapshotError as exc:
-            self.failures += 1
-            wait = backoff.delay(self.failures, cap=5.0)
-            log.warning("capacity not recomputed (%s); keeping the last lists, again in %.1fs",
-                        exc, wait)
+            wait = self.reading.failed(exc, "keeping the last lists, again")
             asyncio.get_running_loop().call_later(wait, self.ctx.changes.touch)
             return False
-        self.failures = 0
+        self.reading.succeeded()
         _record_claims(self.ctx, snap.claims)
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
@@ -116,12 +117,15 @@ class Recompute:
     async def poll_hardware(self) -> None:
         """Touch when the cards' instances differ from the ones last advertised: instances made
         or destroyed outside partkeeper change no claim, so nothing else would notice."""
-        while True:
+        async def poll() -> None:
+            # A card that cannot be read is the recompute's to report; the poll only looks again.
             with contextlib.suppress(SnapshotError):
                 current = await read_instances(self.ctx)
                 if self.advertised is not None and current != self.advertised:
                     self.ctx.changes.touch()
-            await asyncio.sleep(self.ctx.options.hardware_poll_seconds)
+
+        await backoff.every("polling the cards' instances",
+                            self.ctx.options.hardware_poll_seconds, poll)
 
     async def _publish(self, doc: NodeCapacity) -> None:
         # Who enforces the slices, for `partkeeper status` (set at start, partkeeper.limiter).
@@ -131,9 +135,10 @@ class Recompute:
         try:
             await self.capacity_kv.put(capacity_key(self.ctx.node), encode(doc))
         except Exception as exc:
-            log.warning("publishing capacity to pk-capacity failed (%s); will retry", exc)
-            asyncio.get_running_loop().call_later(backoff.delay(1), self.ctx.changes.touch)
+            wait = self.publishing.failed(exc)
+            asyncio.get_running_loop().call_later(wait, self.ctx.changes.touch)
             return
+        self.publishing.succeeded()
         self.published = doc
 
 

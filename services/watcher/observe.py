@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import PodRecord
-from schemas.pods import InvalidPodUID, validate_pod_uid
+from schemas.pods import is_pod_uid
 from services.watcher.decide import Absent, Deleted, Observation, Seen
 from services.watcher.pods import MalformedPod, Resources, identity, parse_pod, parse_rv
 
@@ -118,7 +118,7 @@ def from_get(
     metadata = answer.get("metadata") if isinstance(answer, dict) else None
     other = metadata.get("uid") if isinstance(metadata, dict) else None
     # Only a well-formed other UID is evidence; an odd one is a malformed object, skipped below.
-    if _is_uid(other) and other != record.uid and isinstance(metadata, dict):
+    if is_pod_uid(other) and other != record.uid and isinstance(metadata, dict):
         rv = metadata.get("resourceVersion")
         rv_text = rv if isinstance(rv, str) else ""
         detail = f"GET {where} returned another Pod, uid {other!r} at resourceVersion {rv_text}"
@@ -128,11 +128,3 @@ def from_get(
     except MalformedPod as exc:
         return Readings(skipped=[exc])
     return Readings(observations=[Seen(pod, "get")])
-
-
-def _is_uid(value: object) -> bool:
-    try:
-        validate_pod_uid(value)
-    except InvalidPodUID:
-        return False
-    return True

@@ -8,6 +8,7 @@ stays `unknown`; nobody is ever reported gone for want of an answer.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from partkeeper.bus.rpc import Endpoint
 from schemas import (
@@ -31,12 +32,12 @@ from services.watcher.view import PodView
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
 class Queries:
-    def __init__(self, kube: Kube, view: PodView, sync: Sync, resources: Resources) -> None:
-        self.kube = kube
-        self.view = view
-        self.sync = sync
-        self.resources = resources
+    kube: Kube
+    view: PodView
+    sync: Sync
+    resources: Resources
 
     def endpoints(self) -> list[Endpoint]:
         node = self.kube.node
