@@ -20,7 +20,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from partkeeper import bus
+from partkeeper import bus, drivers
 from partkeeper.config import Config, load
 from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
@@ -40,6 +40,7 @@ def run(name: str, body: ServiceBody) -> int:
     logs.setup(name)
     try:
         config = load()
+        drivers.require_installed(config.driver)  # PK_DRIVER=sim without the simulator
         tracing.setup(name)
         try:
             metrics.serve(config.metrics_port_for(name))

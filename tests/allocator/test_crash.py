@@ -19,10 +19,10 @@ from allocator.allocator_peers import TableWatcher
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.faults import EXIT_STATUS
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.registration import endpoint_name
 

@@ -14,9 +14,9 @@ from dra.dra_harness import NAMESPACE, claim_body, dra_node
 from kubernetes import client, config
 
 from partkeeper.dra import DRIVER
-from partkeeper.sim.kubelet.cluster import ClusterPodSource
-from partkeeper.sim.kubelet.dra import DraKubelet
-from partkeeper.sim.scheduler.loop import DraScheduler
+from partkeeper_sim.kubelet.cluster import ClusterPodSource
+from partkeeper_sim.kubelet.dra import DraKubelet
+from partkeeper_sim.scheduler.loop import DraScheduler
 
 
 def pod_body(name: str, template: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from dra.dra_harness import NAMESPACE, claim_body
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.dra import DRIVER
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.faults import EXIT_STATUS
 from partkeeper.kubelet import (
     dra_pb2,
@@ -30,6 +29,7 @@ from partkeeper.kubelet import (
     dra_registration_pb2_grpc,
     open_unix_channel,
 )
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas.names import BUCKET_CLAIMS
 
 DEVICE = "gpu-0-mig-3g40gb-4"

@@ -17,7 +17,7 @@ import pytest
 from nats.aio.client import Client
 
 from partkeeper.config import Config
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from services.gc import main as gc_main
 
 # The GC test modules share their doubles through `gc_doubles`, beside this file.

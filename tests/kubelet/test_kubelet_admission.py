@@ -16,13 +16,13 @@ from kubelet.kubelet_harness import (
 )
 
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
-from partkeeper.sim.kubelet import (
+from partkeeper_sim.kubelet import (
     CREATE_CONTAINER_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     PodState,
     pod_manifest,
 )
-from partkeeper.sim.kubelet.runtime import device_error
+from partkeeper_sim.kubelet.runtime import device_error
 
 pb = deviceplugin_pb2
 OTHER = "example.com/mig-2g.20gb"

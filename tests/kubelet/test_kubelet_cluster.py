@@ -14,8 +14,8 @@ from kubelet.kubelet_harness import DEADLINE, RESOURCE, FakePlugin, healthy, sho
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.sim.kubelet import SimKubelet
-from partkeeper.sim.kubelet.cluster import ClusterPodSource
+from partkeeper_sim.kubelet import SimKubelet
+from partkeeper_sim.kubelet.cluster import ClusterPodSource
 from tests_support import kubeclient as testing
 from tests_support import until
 

@@ -16,7 +16,7 @@ from kubelet.kubelet_harness import (
 )
 
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
-from partkeeper.sim.kubelet import PodState, pod_manifest
+from partkeeper_sim.kubelet import PodState, pod_manifest
 
 pb = podresources_pb2
 

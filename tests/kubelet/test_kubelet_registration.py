@@ -17,7 +17,7 @@ from kubelet.kubelet_harness import (
 )
 
 from partkeeper.kubelet import UNHEALTHY, deviceplugin_pb2
-from partkeeper.sim.kubelet import (
+from partkeeper_sim.kubelet import (
     UNEXPECTED_ADMISSION_ERROR,
     MemoryPodSource,
     PodState,

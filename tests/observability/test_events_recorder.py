@@ -17,7 +17,7 @@ from observability.entries import MIG, claim, destroy_failed, refused
 from observability.obs_harness import DEADLINE, acknowledged
 
 from partkeeper.bus import publish
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from schemas import ForeignFound
 from schemas.names import STREAM_DLQ, STREAM_PARTITIONS, dlq_subject, durable_name, parts_subject
 from services.watcher.recorder import SERVICE

@@ -21,7 +21,7 @@ from reclaimer.reclaimer_harness import FAST, Hands, new_uid, until
 
 from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 
 # One PodGone for a Pod holding one active partition, the instance recorded on its claim (the

@@ -22,8 +22,8 @@ from reliability.rel_harness import scene
 
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.permissions import PROVISION, TOPOLOGY, inbox_prefix
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
+from partkeeper_sim.stack.launch import SERVICES
+from partkeeper_sim.stack.natsserver import EmbeddedUsers, NatsServer
 from tests_support import until
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]

@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from reliability.rel_harness import Scene, scene
 
 from partkeeper.bus.rpc import ERROR_CODE_HEADER
-from partkeeper.stack.launch import MICRO_SERVICES, SERVICES, service_ready
+from partkeeper_sim.stack.launch import MICRO_SERVICES, SERVICES, service_ready
 from schemas import (
     ClaimsQuery,
     PendingPodsQuery,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from reliability import rel_harness as rh
 
-from partkeeper.stack.launch import SERVICES
+from partkeeper_sim.stack.launch import SERVICES
 from tests_support.rig import reconnected
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]

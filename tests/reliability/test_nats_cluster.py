@@ -25,7 +25,7 @@ from reliability.rel_harness import (
     settle,
 )
 
-from partkeeper.stack.launch import SERVICES
+from partkeeper_sim.stack.launch import SERVICES
 from schemas import names
 from schemas.names import CONSUMER, STREAM_PODS, durable_name
 from tests_support.churn import Churn

@@ -27,8 +27,8 @@ from reliability.rel_harness import (
     settle,
 )
 
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.launch import SERVICES
+from partkeeper_sim.stack.natsserver import NatsServer
 from tests_support.faultproxy import FaultProxy
 from tests_support.rig import reconnected
 

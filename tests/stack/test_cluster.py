@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client, config
 from stack.stack_harness import STOP_DEADLINE, partkeeper, short_workdir
 
-from partkeeper.drivers.sim import SimDriver, init_state
-from partkeeper.sim.cluster import ClusterError, ClusterPaths, advertised_url
+from partkeeper_sim.cluster import ClusterError, ClusterPaths, advertised_url
+from partkeeper_sim.driver import SimDriver, init_state
 
 READY_DEADLINE = 60.0
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from stack.stack_harness import short_workdir, wait_no_survivors
 
-from partkeeper.stack.processes import ChildExited, StackError, Supervisor, describe_exit
+from partkeeper_sim.stack.processes import ChildExited, StackError, Supervisor, describe_exit
 
 DEADLINE = 30.0
 
