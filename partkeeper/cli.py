@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from partkeeper import __version__
+from partkeeper.drivers import SIMULATOR
 
 SERVICES = ("watcher", "allocator", "reclaimer", "gc")
-# The subcommands partkeeper-sim adds, which say what to install when it is not.
-SIMULATOR = "pip install partkeeper-sim (./sim in this repository)"
+# The subcommands partkeeper-sim adds, which say what to install (SIMULATOR) when it is not.
 SIM_COMMANDS = {
     "up": "embedded NATS, simulated cluster and cards, the four services",
     "sim": "control the simulated cards and partitions",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from partkeeper.config import Config
 
 __all__ = [
+    "SIMULATOR",
     "Card",
     "Driver",
     "DriverError",
@@ -52,7 +53,8 @@ __all__ = [
 
 # The drivers another distribution provides (its `partkeeper.drivers` entry point opens one from
 # the Config), and what to install for each.
-PLUGINS = {"sim": ("the simulator", "pip install partkeeper-sim (./sim in this repository)")}
+SIMULATOR = "pip install partkeeper-sim (./sim in this repository)"
+PLUGINS = {"sim": ("the simulator", SIMULATOR)}
 
 
 def open_driver(config: Config) -> Driver:

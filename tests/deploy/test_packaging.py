@@ -36,7 +36,8 @@ def plain_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     site = Path(sysconfig.get_paths()["purelib"])
     mirror = tmp_path_factory.mktemp("site")
     for entry in site.iterdir():
-        simulator = entry.name.startswith(("partkeeper_sim", "__editable__.partkeeper_sim"))
+        simulator = entry.name.startswith(
+            ("partkeeper_sim", "__editable__.partkeeper_sim", "__editable___partkeeper_sim"))
         if simulator and request.param == "absent":
             continue
         (mirror / entry.name).symlink_to(entry)
