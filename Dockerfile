@@ -1,6 +1,7 @@
 # One image, four entrypoints: `partkeeper run watcher|allocator|reclaimer|gc` (make image).
-# The services need only the project's runtime dependencies; EXTRAS=sim adds the simulator
-# (`partkeeper up`, `partkeeper sim`, PK_DRIVER=sim), as compose/ builds it.
+# The services need only the project's runtime dependencies; EXTRAS=sim adds the simulator, the
+# partkeeper-sim distribution in ./sim (`partkeeper up`, `partkeeper sim`, PK_DRIVER=sim), as
+# compose/ builds it.
 # NVML is not in the image: the NVIDIA container toolkit (or the driver-root component) provides
 # libnvidia-ml from the node's driver (docs/operations.md).
 FROM python:3.11-slim AS build
@@ -10,7 +11,8 @@ COPY pyproject.toml README.md LICENSE ./
 COPY partkeeper ./partkeeper
 COPY schemas ./schemas
 COPY services ./services
-RUN pip install --no-cache-dir --prefix=/install "./${EXTRAS:+[$EXTRAS]}"
+COPY sim ./sim
+RUN pip install --no-cache-dir --prefix=/install . ${EXTRAS:+"./$EXTRAS"}
 
 FROM python:3.11-slim
 ARG VERSION=dev

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 # `make image`: the services' image with docker or podman (ENGINE=... to choose). EXTRAS=sim adds
-# the simulator (what compose/ runs); IMAGE names the result, e.g. IMAGE=registry/partkeeper:0.1.0.
+# the simulator, the partkeeper-sim distribution in ./sim (what compose/ runs); IMAGE names the result, e.g. IMAGE=registry/partkeeper:0.1.0.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 EXTRAS ?=
@@ -13,10 +13,12 @@ IMAGE ?= partkeeper:$(VERSION)$(if $(EXTRAS),-$(EXTRAS))
 
 .PHONY: demo test lint typecheck bench image clean
 
-$(STAMP): pyproject.toml
+# Both distributions, editable: the node agent (.) and the simulator (./sim, partkeeper-sim), which
+# `partkeeper up`, `partkeeper sim`, PK_DRIVER=sim and the tests need (docs/architecture.md).
+$(STAMP): pyproject.toml sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,sim]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./sim
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-# mypy over schemas/, partkeeper/ and services/: strict on the schemas, the claims store, the
+# mypy over schemas/, partkeeper/, services/ and sim/partkeeper_sim/: strict on the schemas, the claims store, the
 # bus and the services' pure decision modules, normal elsewhere (pyproject.toml [tool.mypy]).
 typecheck: $(STAMP)
 	$(BIN)/mypy

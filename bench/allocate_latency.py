@@ -43,10 +43,10 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.bus.trips import Trip, Trips, count, new_trace
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.driver import SimDriver, init_state
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import (
     ContainerRequest,
     NodeCapacity,

@@ -34,10 +34,10 @@ from nats.aio.client import Client
 
 from bench.chaos_node import ChaosNode, chaos_node
 from partkeeper.bus import ensure_topology
-from partkeeper.drivers.sim import FaultOp
 from partkeeper.kubelet import HEALTHY
-from partkeeper.sim.kubelet import PodState
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.driver import FaultOp
+from partkeeper_sim.kubelet import PodState
+from partkeeper_sim.stack.natsserver import NatsServer
 from services.allocator import capacity, catalog
 
 PROFILES = ("1g.10gb", "3g.40gb", "7g.80gb")

@@ -24,10 +24,10 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Instance
-from partkeeper.drivers.sim import SimDriver, init_state
-from partkeeper.sim.apiserver import ApiServer, write_kubeconfig
-from partkeeper.sim.kubelet.cluster import ClusterPodSource
-from partkeeper.sim.kubelet.kubelet import SimKubelet
+from partkeeper_sim.apiserver import ApiServer, write_kubeconfig
+from partkeeper_sim.driver import SimDriver, init_state
+from partkeeper_sim.kubelet.cluster import ClusterPodSource
+from partkeeper_sim.kubelet.kubelet import SimKubelet
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS
 from services.allocator.main import serve as serve_allocator

@@ -47,9 +47,9 @@ from kubernetes import client, config, watch
 from bench import floors as floor
 from bench.figures import Latency
 from partkeeper.dra import DRIVER
-from partkeeper.stack.launch import Stack, launch
-from partkeeper.stack.layout import Layout
-from partkeeper.stack.processes import StackError, Supervisor
+from partkeeper_sim.stack.launch import Stack, launch
+from partkeeper_sim.stack.layout import Layout
+from partkeeper_sim.stack.processes import StackError, Supervisor
 from schemas import CardClaims, decode
 from schemas.names import BUCKET_CLAIMS, claims_prefix
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from partkeeper.stack.summary import percentile
+from partkeeper_sim.stack.summary import percentile
 
 PERCENTILES = (50, 90, 99)
 

@@ -230,7 +230,7 @@ def main() -> int:
     """`python -m bench.floors`: the floors alone, on a nats-server of their own."""
     import tempfile
 
-    from partkeeper.stack.natsserver import NatsServer
+    from partkeeper_sim.stack.natsserver import NatsServer
 
     server = NatsServer().start()
     directory = FsPath(tempfile.mkdtemp(prefix="pk-floor-"))

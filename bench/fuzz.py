@@ -250,7 +250,7 @@ async def fuzz_network(gen: Gen, count: int, tally: Tally) -> None:
     """Bodies sent to real micro endpoints; a body that does not decode must reach no handler
     and get the contract's 400 error body."""
     from partkeeper.bus.rpc import Endpoint, ErrorBody, serve
-    from partkeeper.stack.natsserver import NatsServer
+    from partkeeper_sim.stack.natsserver import NatsServer
 
     reached: Counter[str] = Counter()
 

@@ -44,7 +44,7 @@ from partkeeper import workdir
 from partkeeper.bus import ensure_topology, serve
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.config import Config
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import (
     ClaimsQuery,
     ClaimsReply,

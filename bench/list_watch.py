@@ -42,7 +42,7 @@ WATCH_SECONDS = 120
 def start_server(directory: Path) -> tuple[subprocess.Popen[str], str, Path]:
     kubeconfig = directory / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "partkeeper.sim.apiserver", "--kubeconfig", str(kubeconfig),
+        [sys.executable, "-m", "partkeeper_sim.apiserver", "--kubeconfig", str(kubeconfig),
          "--history-limit", "1000000"],
         stdout=subprocess.PIPE, text=True,
     )

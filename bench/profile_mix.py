@@ -26,8 +26,8 @@ import nats
 
 from bench.chaos_node import ALLOCATOR, chaos_node
 from partkeeper.bus import ensure_topology
-from partkeeper.sim.kubelet import PodState
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.kubelet import PodState
+from partkeeper_sim.stack.natsserver import NatsServer
 
 PREFIX = "nvidia.com/mig-"
 DEADLINE = 120.0

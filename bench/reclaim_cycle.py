@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bench.reclaim_watch import HardwareWatch, HealthStream, Update, latency_ms
-from partkeeper.stack.kube import Kube, PodWatch
-from partkeeper.stack.launch import Stack
-from partkeeper.stack.observe import DemoError, Observer, PodTrack
-from partkeeper.stack.probe import Probe
-from partkeeper.stack.scheduling import Scheduler
+from partkeeper_sim.stack.kube import Kube, PodWatch
+from partkeeper_sim.stack.launch import Stack
+from partkeeper_sim.stack.observe import DemoError, Observer, PodTrack
+from partkeeper_sim.stack.probe import Probe
+from partkeeper_sim.stack.scheduling import Scheduler
 from services.allocator.registration import endpoint_name
 
 ADMIT_SECONDS = 30.0  # a replacement from creation to Running; also its claim to be active

@@ -51,9 +51,9 @@ from bench.reclaim_cycle import (
     run_cycles,
 )
 from partkeeper.drivers import profiles
-from partkeeper.stack.launch import CARDS, Stack, launch
-from partkeeper.stack.layout import Layout
-from partkeeper.stack.processes import StackError, Supervisor
+from partkeeper_sim.stack.launch import CARDS, Stack, launch
+from partkeeper_sim.stack.layout import Layout
+from partkeeper_sim.stack.processes import StackError, Supervisor
 
 NAME = "reclaim latency"
 FLOOR_CALLS = 200

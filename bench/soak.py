@@ -25,7 +25,7 @@ from typing import Any
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
-from partkeeper.stack.launch import SERVICES
+from partkeeper_sim.stack.launch import SERVICES
 from schemas.names import BUCKET_CLAIMS
 from tests_support.churn import Churn, Sentinel, Workload
 from tests_support.converge import NotConverged, Reader, converged, problems

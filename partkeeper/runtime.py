@@ -49,6 +49,7 @@ def run(name: str, body: ServiceBody) -> int:
     logs.setup(name)
     try:
         config = load()
+        drivers.require_installed(config.driver)  # PK_DRIVER=sim without the simulator
         tracing.setup(name)
         try:
             metrics.serve(config.metrics_port_for(name))

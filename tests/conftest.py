@@ -18,8 +18,8 @@ from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology
 from partkeeper.config import Config
-from partkeeper.sim.apiserver import ApiServerThread, write_kubeconfig
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.apiserver import ApiServerThread, write_kubeconfig
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas.names import pods_filter
 from services.watcher.main import serve
 from services.watcher.tuning import Tuning

@@ -251,3 +251,13 @@ class Driver(Protocol):
         logical slices sit on), in that order, each shared node once. The card's mode does not
         matter. Raises ReadError when a node or record it needs is missing or is another card's."""
         ...
+
+    def leftovers(self) -> list[str]:
+        """Host records that block creates and that the reclaimer may remove (Hygon's squatted
+        registry records); empty for a driver that can have none. Raises DriverError."""
+        ...
+
+    def remove_leftover(self, record: str) -> None:
+        """Remove one record `leftovers` reported. Raises OSError, or ValueError for a record
+        that is no leftover of this driver."""
+        ...

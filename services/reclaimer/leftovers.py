@@ -2,9 +2,9 @@
 
 Hygon's driver can never again write a partition record where a directory sits (a container
 runtime makes one when asked to bind a record that was already gone), so every create whose ids map
-to it fails. A driver that can have such leftovers offers `leftovers()` and `remove_leftover(path)`
-(the `dmi` driver does: an empty directory, removed with rmdir); others offer neither. Nothing here
-touches a partition: a leftover is never a live record.
+to it fails. Every driver answers `leftovers()` and `remove_leftover(path)`; only `dmi` has any
+(an empty directory, removed with rmdir), the others report none. Nothing here touches a
+partition: a leftover is never a live record.
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ log = logging.getLogger(__name__)
 
 async def sweep(driver: Driver) -> list[str]:
     """Remove what `driver.leftovers()` reports; returns the paths removed."""
-    find = getattr(driver, "leftovers", None)
-    if find is None:
-        return []
     try:
-        found: list[str] = await asyncio.to_thread(find)
+        found = await asyncio.to_thread(driver.leftovers)
     except DriverError as exc:
         log.warning("listing registry leftovers failed (%s); the next pass retries", exc)
         return []
     removed = []
     for path in found:
         try:
-            await asyncio.to_thread(driver.remove_leftover, path)  # type: ignore[attr-defined]
+            await asyncio.to_thread(driver.remove_leftover, path)
         except (OSError, ValueError) as exc:
             log.warning("a directory squats on the partition record %s and was kept: %s; a "
                         "person has to look at it", path, exc)

@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY
 
 from partkeeper.claims import machine
 from partkeeper.drivers import InstanceSpec
-from partkeeper.drivers.sim import FaultKind
 from partkeeper.workdir import descriptor_path
+from partkeeper_sim.driver import FaultKind
 from schemas import AllocateRefused, Claim, PartitionEvent, decode
 from schemas.names import STREAM_PARTITIONS, parts_subject
 from tests_support import instance_of, until

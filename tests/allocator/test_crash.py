@@ -17,10 +17,10 @@ import pytest
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.faults import EXIT_STATUS
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.registration import endpoint_name
 from tests_support import until

@@ -23,10 +23,10 @@ from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.trips import Trips, count, kinds, new_trace
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.driver import SimDriver, init_state
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import ContainerRequest, PodRecord, encode
 from schemas.names import BUCKET_PODS, pods_key
 from services.allocator.main import serve as serve_allocator

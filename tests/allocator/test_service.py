@@ -18,9 +18,9 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.profiles import overlaps
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import deviceplugin_pb2, deviceplugin_pb2_grpc, open_unix_channel
 from partkeeper.workdir import MARK, sliced_dir
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas import ClaimsQuery, ClaimsReply
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS, claims_query_subject
 from services.allocator.main import serve

@@ -25,10 +25,10 @@ from prometheus_client import REGISTRY
 from partkeeper import limiter
 from partkeeper.config import Config
 from partkeeper.drivers.base import Card
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.errors import StartupError
-from partkeeper.stack.status import build, render
+from partkeeper.status import build, render
 from partkeeper.workdir import sliced_dir
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas import NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
 from services.allocator import slices

@@ -19,7 +19,7 @@ from nats.js import api
 from partkeeper.bus import ensure_topology, kv
 from partkeeper.bus.ordered import OrderedWatch
 from partkeeper.lifecycle import cancel_all
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas.names import BUCKET_CLAIMS, STREAM_PARTITIONS, claims_prefix, parts_filter
 from tests_support import until
 from tests_support.watches import FAST, Reader

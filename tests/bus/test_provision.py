@@ -24,7 +24,7 @@ from partkeeper.bus import ensure_topology, missing_topology
 from partkeeper.bus.topology import REQUIRED
 from partkeeper.config import Config
 from partkeeper.runtime import topology_until_ready
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas.names import BUCKET_CLAIMS
 from tests_support import until
 

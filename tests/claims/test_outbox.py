@@ -19,7 +19,7 @@ from nats.js import api
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore, machine, outbox
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import CardClaims, ClaimChanged, LiveInstance, SchemaError, decode
 from schemas.names import BUCKET_CLAIMS, STREAM_PARTITIONS, parts_filter
 from tests_support import make_claim, until

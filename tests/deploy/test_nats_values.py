@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from partkeeper.stack.natsserver import binary
+from partkeeper_sim.stack.natsserver import binary
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ROOT / "deploy" / "nats" / "values.yaml"

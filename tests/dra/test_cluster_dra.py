@@ -12,9 +12,9 @@ from typing import Any
 from kubernetes import client, config
 
 from partkeeper.dra import DRIVER
-from partkeeper.sim.kubelet.cluster import ClusterPodSource
-from partkeeper.sim.kubelet.dra import DraKubelet
-from partkeeper.sim.scheduler.loop import DraScheduler
+from partkeeper_sim.kubelet.cluster import ClusterPodSource
+from partkeeper_sim.kubelet.dra import DraKubelet
+from partkeeper_sim.scheduler.loop import DraScheduler
 from tests_support import until
 from tests_support.dra import NAMESPACE, claim_body, dra_node
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
-from partkeeper.sim.dra_cluster import DEVICE_CLASS
+from partkeeper_sim.dra_cluster import DEVICE_CLASS
 
 MANIFEST = (Path(__file__).resolve().parents[2] / "deploy" / "components" / "dra"
             / "deviceclass.yaml")

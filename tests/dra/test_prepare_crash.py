@@ -19,7 +19,6 @@ import pytest
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.dra import DRIVER
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.faults import EXIT_STATUS
 from partkeeper.kubelet import (
     dra_pb2,
@@ -28,6 +27,7 @@ from partkeeper.kubelet import (
     dra_registration_pb2_grpc,
     open_unix_channel,
 )
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas.names import BUCKET_CLAIMS
 from tests_support import until
 from tests_support.dra import NAMESPACE, claim_body

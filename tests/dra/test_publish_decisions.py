@@ -10,7 +10,7 @@ import pytest
 from partkeeper.dra import DRIVER, slices
 from partkeeper.drivers import Card
 from partkeeper.kubelet import dra_pb2
-from partkeeper.sim.kubelet.draclaims import cdi_devices
+from partkeeper_sim.kubelet.draclaims import cdi_devices
 from services.allocator.dra.publish import counters_dropped
 from services.allocator.dra.slicewatch import foreign
 

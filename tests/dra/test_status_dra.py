@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from partkeeper.stack.status import _claim_label, build
+from partkeeper.status import _claim_label, build
 from schemas import CardClaims, NodeCapacity
 from schemas.documents import CardView, InstanceView
 from tests_support import make_claim

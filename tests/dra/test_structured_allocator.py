@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from partkeeper.dra import DRIVER, devices, slices
 from partkeeper.drivers import Card, Instance
 from partkeeper.drivers.profiles import model, overlaps
-from partkeeper.sim.scheduler import allocate as alloc
-from partkeeper.sim.scheduler import cel
+from partkeeper_sim.scheduler import allocate as alloc
+from partkeeper_sim.scheduler import cel
 from schemas import Claim
 
 NODE = "node-a"

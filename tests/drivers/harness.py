@@ -22,7 +22,7 @@ from fakes.nvml import ERROR_UNKNOWN
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import Driver, Instance
-from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper_sim.driver import SimDriver, init_state
 from tests_support.clib import FakeLibrary
 
 from .vendor_rigs import hygon_rig, open_dmi, open_hgml, thead_rig

@@ -14,7 +14,7 @@ import sys
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import InstanceSpec, PlacementError
-from partkeeper.drivers.sim import SimDriver
+from partkeeper_sim.driver import SimDriver
 
 
 def main(path: str, seed: int) -> None:

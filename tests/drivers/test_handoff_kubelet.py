@@ -1,6 +1,6 @@
 """A MIG partition handed to a container end to end: the real allocator over the nvml driver and
 the C fake NVML, admitted by the simulated kubelet, whose container runtime checks every device
-spec's host path (partkeeper/sim/kubelet/runtime.py), as containerd does.
+spec's host path (sim/partkeeper_sim/kubelet/runtime.py), as containerd does.
 
 The kernel driver publishes capability files but makes no node, so a reply that only names the
 capability nodes fails the container; the allocator makes them first (partkeeper/devices.py)."""
@@ -19,7 +19,7 @@ from fakes.nvml import FakeNvml
 
 from partkeeper.devices import NVIDIA_MAJOR, MakeNode
 from partkeeper.drivers.nvidia.binding import NvmlDriver
-from partkeeper.sim.kubelet import CREATE_CONTAINER_ERROR, UNEXPECTED_ADMISSION_ERROR
+from partkeeper_sim.kubelet import CREATE_CONTAINER_ERROR, UNEXPECTED_ADMISSION_ERROR
 from tests_support.allocator import node_stack
 
 RESOURCE = "nvidia.com/mig-1g.10gb"  # the H100, card 0

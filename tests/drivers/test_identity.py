@@ -39,7 +39,7 @@ from partkeeper.drivers.base import (
     issued_identity,
     slot_identity,
 )
-from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas import CardClaims, LiveInstance
 from tests_support import make_claim
 

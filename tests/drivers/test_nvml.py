@@ -30,8 +30,8 @@ from partkeeper.drivers.base import (
 )
 from partkeeper.drivers.nvidia.binding import NvmlDriver, model_for
 from partkeeper.drivers.nvidia.tables import placements
-from partkeeper.drivers.sim import SimDriver
 from partkeeper.errors import StartupError
+from partkeeper_sim.driver import SimDriver
 from services.allocator import catalog
 
 H100, A100 = 0, 1

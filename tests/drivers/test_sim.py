@@ -15,7 +15,7 @@ import pytest
 
 from partkeeper.drivers import base, profiles
 from partkeeper.drivers.base import Instance, InstanceSpec
-from partkeeper.drivers.sim import SimDriver, card_uuid, init_state, mig_uuid
+from partkeeper_sim.driver import SimDriver, card_uuid, init_state, mig_uuid
 from tests_support.gate import Gate
 
 DEADLINE = 30.0  # seconds; a bound on waiting, never an expectation of how long anything takes

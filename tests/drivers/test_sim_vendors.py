@@ -10,7 +10,7 @@ import pytest
 
 from partkeeper.cli import main
 from partkeeper.drivers.base import InstanceSpec, PlacementError
-from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper_sim.driver import SimDriver, init_state
 
 
 def test_sim_init_models_ppu_and_dcu_cards(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

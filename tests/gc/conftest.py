@@ -16,7 +16,7 @@ import pytest
 from nats.aio.client import Client
 
 from partkeeper.config import Config
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from services.gc import main as gc_main
 from tests_support.gc import FakeAllocator, FakeWatcher
 

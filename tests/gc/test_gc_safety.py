@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 
 from partkeeper import workdir
 from partkeeper.faults import EXIT_STATUS
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.natsserver import NatsServer
 from schemas.names import STREAM_DLQ, dlq_subject, pods_subject
 from tests_support import until
 from tests_support.gc import (

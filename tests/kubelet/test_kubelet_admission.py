@@ -6,13 +6,13 @@ import asyncio
 from pathlib import Path
 
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2
-from partkeeper.sim.kubelet import (
+from partkeeper_sim.kubelet import (
     CREATE_CONTAINER_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     PodState,
     pod_manifest,
 )
-from partkeeper.sim.kubelet.runtime import device_error
+from partkeeper_sim.kubelet.runtime import device_error
 from tests_support.kubelet import (
     DEADLINE,
     RESOURCE,

@@ -13,8 +13,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.sim.kubelet import SimKubelet
-from partkeeper.sim.kubelet.cluster import ClusterPodSource
+from partkeeper_sim.kubelet import SimKubelet
+from partkeeper_sim.kubelet.cluster import ClusterPodSource
 from tests_support import kubeclient as testing
 from tests_support import until
 from tests_support.kubelet import DEADLINE, RESOURCE, FakePlugin, healthy, short_tmpdir

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from partkeeper.sim.kubelet import PodSpecError, choose, natural_key, pod_from_manifest
-from partkeeper.sim.kubelet.admission import device_requests, find_shortage
-from partkeeper.sim.kubelet.cluster import relist_events
-from partkeeper.sim.kubelet.pods import PodView, is_extended_resource, pod_manifest
+from partkeeper_sim.kubelet import PodSpecError, choose, natural_key, pod_from_manifest
+from partkeeper_sim.kubelet.admission import device_requests, find_shortage
+from partkeeper_sim.kubelet.cluster import relist_events
+from partkeeper_sim.kubelet.pods import PodView, is_extended_resource, pod_manifest
 
 R = "nvidia.com/mig-1g.10gb"
 

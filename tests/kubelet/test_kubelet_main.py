@@ -1,4 +1,4 @@
-"""`python -m partkeeper.sim.kubelet` as a process: serves, admits, stops on SIGTERM."""
+"""`python -m partkeeper_sim.kubelet` as a process: serves, admits, stops on SIGTERM."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ async def test_entry_point_runs_until_sigterm(kubeconfig: Path) -> None:
     with short_tmpdir() as directory:
         dp, pr = directory / "dp", directory / "pr.sock"
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "partkeeper.sim.kubelet",
+            sys.executable, "-m", "partkeeper_sim.kubelet",
             "--kubelet-dir", str(dp), "--pod-resources-socket", str(pr),
             "--node", "node-a", "--kubeconfig", str(kubeconfig),
         )  # fmt: skip

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
-from partkeeper.sim.kubelet import PodState, pod_manifest
+from partkeeper_sim.kubelet import PodState, pod_manifest
 from tests_support.kubelet import (
     DEADLINE,
     RESOURCE,

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from partkeeper.kubelet import UNHEALTHY, deviceplugin_pb2
-from partkeeper.sim.kubelet import (
+from partkeeper_sim.kubelet import (
     UNEXPECTED_ADMISSION_ERROR,
     MemoryPodSource,
     PodState,

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.stack.kube import NAMESPACE, Kube
-from partkeeper.stack.launch import offered_resources
+from partkeeper_sim.stack.kube import NAMESPACE, Kube
+from partkeeper_sim.stack.launch import offered_resources
 from tests_support import until
 from tests_support.otlp_receiver import OtlpReceiver, ReceivedSpan, ancestry, orphans
 from tests_support.rig import Rig, open_rig
@@ -25,7 +25,7 @@ from tests_support.rig import Rig, open_rig
 ALLOCATOR, WATCHER = "partkeeper-allocator", "partkeeper-watcher"
 RECLAIMER, CLUSTER = "partkeeper-reclaimer", "partkeeper-sim-cluster"
 PROFILE = "1g.10gb"
-DEADLINE = 20.0  # each wait; the stack's start has its own deadlines (partkeeper.stack)
+DEADLINE = 20.0  # each wait; the stack's start has its own deadlines (partkeeper_sim.stack)
 SPAN_KIND_SERVER, SPAN_KIND_CONSUMER, SPAN_KIND_PRODUCER = 2, 5, 4
 CLAIM_ATTRIBUTES = ("pk.pod_uid", "pk.card", "pk.profile", "pk.claim_id")
 

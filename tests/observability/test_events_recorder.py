@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from partkeeper.bus import publish
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from schemas import ForeignFound
 from schemas.names import STREAM_DLQ, STREAM_PARTITIONS, dlq_subject, durable_name, parts_subject
 from services.watcher.recorder import SERVICE

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from partkeeper.sim.apiserver import ApiServerThread
-from partkeeper.stack.natsserver import free_port
 from partkeeper.telemetry import tracing
+from partkeeper_sim.apiserver import ApiServerThread
+from partkeeper_sim.stack.natsserver import free_port
 from schemas.names import STREAM_PARTITIONS, durable_name
 from services.watcher.recorder import SERVICE
 from tests_support import until

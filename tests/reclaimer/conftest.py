@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
-from partkeeper.drivers.sim import SimDriver, init_state
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.driver import SimDriver, init_state
+from partkeeper_sim.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from services.reclaimer.tuning import Tuning
 from tests_support.reclaimer import FAST, MODEL, AuditLog, FakeWatcher, Hands

@@ -12,7 +12,7 @@ import pytest
 
 from partkeeper import drivers
 from partkeeper.config import Config
-from partkeeper.drivers.sim import SimDriver
+from partkeeper_sim.driver import SimDriver
 
 OPEN_LIMIT_SECONDS = 10.0  # an open still blocked after this gives up: the loop was stalled
 

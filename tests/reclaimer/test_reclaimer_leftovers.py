@@ -9,7 +9,7 @@ import pytest
 from drivers.vendor_rigs import hygon_rig, open_dmi
 
 from partkeeper.drivers.base import InstanceSpec
-from partkeeper.drivers.sim import SimDriver, init_state
+from partkeeper_sim.driver import SimDriver, init_state
 from services.reclaimer import leftovers
 
 

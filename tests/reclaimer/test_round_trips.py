@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
 from partkeeper.drivers.base import Instance
-from partkeeper.drivers.sim import SimDriver
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.driver import SimDriver
+from partkeeper_sim.stack.natsserver import NatsServer
 from services.reclaimer.main import serve
 from tests_support import until
 from tests_support.audit_hold import hold_audit

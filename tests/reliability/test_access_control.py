@@ -25,8 +25,8 @@ from partkeeper.bus import ensure_topology, kv
 from partkeeper.bus.ordered import OrderedWatch
 from partkeeper.bus.permissions import PROVISION, TOPOLOGY, inbox_prefix
 from partkeeper.lifecycle import cancel_all
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
+from partkeeper_sim.stack.launch import SERVICES
+from partkeeper_sim.stack.natsserver import EmbeddedUsers, NatsServer
 from schemas.names import STREAM_PARTITIONS, parts_filter
 from tests_support import until
 from tests_support.reliability import scene

@@ -20,7 +20,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.micro.request import ERROR_CODE_HEADER
 
-from partkeeper.stack.launch import MICRO_SERVICES, SERVICES, service_ready
+from partkeeper_sim.stack.launch import MICRO_SERVICES, SERVICES, service_ready
 from schemas import (
     ClaimsQuery,
     PendingPodsQuery,

@@ -36,8 +36,8 @@ from reliability.test_access_control import (
 
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.permissions import PROVISION, inbox_prefix
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.launch import SERVICES
+from partkeeper_sim.stack.natsserver import NatsServer
 from tests_support.natsjwt import Operator
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from partkeeper.stack.launch import SERVICES
+from partkeeper_sim.stack.launch import SERVICES
 from tests_support import reliability as rh
 from tests_support.rig import reconnected
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from partkeeper.stack.launch import SERVICES
+from partkeeper_sim.stack.launch import SERVICES
 from schemas import names
 from schemas.names import CONSUMER, STREAM_PODS, durable_name
 from tests_support.churn import Churn

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import NatsServer
+from partkeeper_sim.stack.launch import SERVICES
+from partkeeper_sim.stack.natsserver import NatsServer
 from tests_support.faultproxy import FaultProxy
 from tests_support.reliability import (
     ADMITTED_AFTER,

@@ -14,7 +14,7 @@ import yaml
 
 from partkeeper.bus import permissions_render as render
 from partkeeper.bus.permissions import ROLES, SERVICES, TOPOLOGY
-from partkeeper.stack.natsserver import EmbeddedUsers
+from partkeeper_sim.stack.natsserver import EmbeddedUsers
 
 pytestmark = pytest.mark.reliability
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kubernetes import client
 
-from partkeeper.sim.apiserver import ApiServer, write_kubeconfig
+from partkeeper_sim.apiserver import ApiServer, write_kubeconfig
 from tests_support.kubeclient import WatchRecorder, core_v1, pod_manifest
 
 
@@ -54,7 +54,7 @@ async def test_stop_ends_open_watches(tmp_path: Path) -> None:
 
 def test_module_entry_point_serves_until_sigterm(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    command = [sys.executable, "-m", "partkeeper.sim.apiserver", "--kubeconfig", str(kubeconfig)]
+    command = [sys.executable, "-m", "partkeeper_sim.apiserver", "--kubeconfig", str(kubeconfig)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None

@@ -12,7 +12,7 @@ import pytest
 import urllib3
 from kubernetes import client, config
 
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from tests_support.kubeclient import pod_manifest
 
 

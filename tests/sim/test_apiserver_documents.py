@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from partkeeper.sim.apiserver import events, patch, selectors
-from partkeeper.sim.apiserver.errors import BadRequest, Invalid
-from partkeeper.sim.apiserver.store import Store, parse_rv
+from partkeeper_sim.apiserver import events, patch, selectors
+from partkeeper_sim.apiserver.errors import BadRequest, Invalid
+from partkeeper_sim.apiserver.store import Store, parse_rv
 from tests_support.kubeclient import pod_manifest
 
 

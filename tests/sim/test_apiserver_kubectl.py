@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from partkeeper.sim.apiserver import openapi, table
-from partkeeper.sim.kubelet.node import resources
-from partkeeper.sim.kubelet.pods import ContainerView, PodView
-from partkeeper.sim.kubelet.podstatus import status_fields
+from partkeeper_sim.apiserver import openapi, table
+from partkeeper_sim.kubelet.node import resources
+from partkeeper_sim.kubelet.pods import ContainerView, PodView
+from partkeeper_sim.kubelet.podstatus import status_fields
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -152,7 +152,7 @@ def test_node_capacity_counts_every_device_and_allocatable_the_healthy() -> None
 def test_a_watch_list_request_is_refused_as_a_1_30_server_refuses_it() -> None:
     """client-go 1.35+ asks for initial events; the refusal makes its reflector fall back to
     LIST then WATCH (a server that ignored the parameters would leave it waiting)."""
-    from partkeeper.sim.apiserver import watchlist
+    from partkeeper_sim.apiserver import watchlist
 
     asked = {"watch": "true", "sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
              "allowWatchBookmarks": "true"}

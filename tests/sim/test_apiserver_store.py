@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from partkeeper.sim.apiserver import selectors
-from partkeeper.sim.apiserver.errors import (
+from partkeeper_sim.apiserver import selectors
+from partkeeper_sim.apiserver.errors import (
     AlreadyExists,
     Conflict,
     Expired,
     Invalid,
     NotFound,
 )
-from partkeeper.sim.apiserver.store import Change, Store
+from partkeeper_sim.apiserver.store import Change, Store
 from tests_support.kubeclient import pod_manifest
 
 EVERYTHING = selectors.Selector()

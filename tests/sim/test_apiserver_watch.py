@@ -10,7 +10,7 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from tests_support import until
 from tests_support.kubeclient import WatchRecorder, of_type, pod_manifest
 

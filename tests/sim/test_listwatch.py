@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client
 
 from partkeeper.listwatch import Event, Expired, Listed, ListWatch
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from tests_support import until
 from tests_support.kubeclient import pod_manifest
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from partkeeper.drivers.sim import SimDriver, init_state
-from partkeeper.sim.cluster import ClusterError, ClusterPaths, advertised_url
+from partkeeper_sim.cluster import ClusterError, ClusterPaths, advertised_url
+from partkeeper_sim.driver import SimDriver, init_state
 from tests_support.stack import STOP_DEADLINE, partkeeper, short_workdir
 
 READY_DEADLINE = 60.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from partkeeper.stack.demo import BusyResult, Outcome
-from partkeeper.stack.observe import PodTrack
-from partkeeper.stack.status import limiter_line
-from partkeeper.stack.summary import (
+from partkeeper.status import limiter_line
+from partkeeper_sim.stack.demo import BusyResult, Outcome
+from partkeeper_sim.stack.observe import PodTrack
+from partkeeper_sim.stack.summary import (
     admission_latencies,
     describe,
     lines,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from partkeeper.stack.processes import ChildExited, StackError, Supervisor, describe_exit
+from partkeeper_sim.stack.processes import ChildExited, StackError, Supervisor, describe_exit
 from tests_support.stack import short_workdir, wait_no_survivors
 
 DEADLINE = 30.0

@@ -24,9 +24,9 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import RESOURCE_NAMES, Config
 from partkeeper.drivers import Driver, Instance
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import HEALTHY, deviceplugin_pb2, deviceplugin_pb2_grpc, open_unix_channel
-from partkeeper.sim.kubelet import MemoryPodSource, SimKubelet, pod_manifest
+from partkeeper_sim.driver import SimDriver, init_state
+from partkeeper_sim.kubelet import MemoryPodSource, SimKubelet, pod_manifest
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.main import serve

@@ -20,17 +20,17 @@ from itertools import count
 
 from kubernetes.client.exceptions import ApiException
 
-from partkeeper.stack.kube import Kube, PodWatch
-from partkeeper.stack.launch import Stack
-from partkeeper.stack.observe import (
+from partkeeper_sim.stack.kube import Kube, PodWatch
+from partkeeper_sim.stack.launch import Stack
+from partkeeper_sim.stack.observe import (
     DemoError,
     Observer,
     PodTrack,
     honour_cancel,
     woken_or_timeout,
 )
-from partkeeper.stack.probe import Probe
-from partkeeper.stack.scheduling import Scheduler
+from partkeeper_sim.stack.probe import Probe
+from partkeeper_sim.stack.scheduling import Scheduler
 
 SENTINEL_SECONDS = 0.25
 NOT_FOUND = 404

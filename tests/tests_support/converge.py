@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes import client
 
 from partkeeper.claims import ClaimsStore
-from partkeeper.drivers.sim import SimDriver
+from partkeeper_sim.driver import SimDriver
 from schemas import Claim
 
 LIVE_PHASES = ("Pending", "Running")

@@ -23,8 +23,8 @@ from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.dra import DRIVER
 from partkeeper.drivers import Instance
-from partkeeper.drivers.sim import SimDriver, init_state
 from partkeeper.kubelet import dra_pb2, dra_pb2_grpc, open_unix_channel
+from partkeeper_sim.driver import SimDriver, init_state
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.main import serve

@@ -25,7 +25,7 @@ from partkeeper.kubelet import (
     open_unix_channel,
     unix_target,
 )
-from partkeeper.sim.kubelet import (
+from partkeeper_sim.kubelet import (
     MemoryPodSource,
     PhaseReport,
     PodRecord,
@@ -66,7 +66,8 @@ class FakePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
         self.allocate_gate: asyncio.Event | None = None
         self.allocate_entered = asyncio.Event()
         # The host path each device spec names: a device node every Linux host has, so the
-        # runtime's check (partkeeper/sim/kubelet/runtime.py) passes unless a test says otherwise.
+        # runtime's check (sim/partkeeper_sim/kubelet/runtime.py) passes unless a test says
+        # otherwise.
         self.host_path: Callable[[str], str] = lambda device: "/dev/null"
         self._changed = asyncio.Event()
         self._server: grpc.aio.Server | None = None

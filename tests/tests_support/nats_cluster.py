@@ -21,7 +21,7 @@ import nats.errors
 from nats.js import JetStreamContext
 
 from partkeeper.bus import ensure_topology
-from partkeeper.stack.natsserver import NatsServer, free_port
+from partkeeper_sim.stack.natsserver import NatsServer, free_port
 
 CLUSTER_NAME = "pk-test"
 SIZE = 3

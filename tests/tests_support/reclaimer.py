@@ -27,8 +27,8 @@ from partkeeper.bus.rpc import Endpoint
 from partkeeper.claims import ClaimsStore, machine
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import Instance, InstanceSpec
-from partkeeper.drivers.sim import SimDriver
 from partkeeper.workdir import write_descriptor
+from partkeeper_sim.driver import SimDriver
 from schemas import (
     Claim,
     LiveInstance,

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
-from partkeeper.stack.launch import SERVICES
-from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
-from partkeeper.stack.observe import PodTrack
-from partkeeper.stack.processes import tail
+from partkeeper_sim.stack.launch import SERVICES
+from partkeeper_sim.stack.natsserver import EmbeddedUsers, NatsServer
+from partkeeper_sim.stack.observe import PodTrack
+from partkeeper_sim.stack.processes import tail
 from schemas.names import BUCKET_CLAIMS
 from tests_support.churn import Churn, Sentinel, Workload
 from tests_support.converge import Reader, Snapshot, converged

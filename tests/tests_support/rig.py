@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partkeeper.stack.launch import NODE, SERVICES, Stack, launch, service_ready, start_service
-from partkeeper.stack.layout import Layout
-from partkeeper.stack.natsserver import EmbeddedUsers, NatsServer
-from partkeeper.stack.processes import Child, StackError, Supervisor, tail
+from partkeeper_sim.stack.launch import NODE, SERVICES, Stack, launch, service_ready, start_service
+from partkeeper_sim.stack.layout import Layout
+from partkeeper_sim.stack.natsserver import EmbeddedUsers, NatsServer
+from partkeeper_sim.stack.processes import Child, StackError, Supervisor, tail
 
 RESTART_READY_SECONDS = 60.0
 REVIVE_SECONDS = 0.2

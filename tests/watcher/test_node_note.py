@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 
 from partkeeper.config import Config
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from services.watcher import node_note
 from services.watcher.kube import Kube
 from tests_support import until

@@ -13,7 +13,7 @@ from nats.aio.client import Client
 
 from partkeeper.bus import request
 from partkeeper.bus.rpc import RemoteError
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from schemas import PodsGet, PodsGetReply, PodsStates, PodsStatesReply
 from schemas.names import pods_get_subject, pods_states_subject
 from schemas.rpc import PODS_STATES_MAX

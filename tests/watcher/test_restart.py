@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from partkeeper.faults import EXIT_STATUS
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from schemas import PodGone
 from tests_support.kubeclient import pod_manifest
 from tests_support.watcher import Published

@@ -13,7 +13,7 @@ from nats.aio.client import Client
 
 from partkeeper.bus import request
 from partkeeper.config import Config
-from partkeeper.sim.apiserver import ApiServerThread
+from partkeeper_sim.apiserver import ApiServerThread
 from schemas import (
     PendingPodsQuery,
     PendingPodsReply,

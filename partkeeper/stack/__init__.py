@@ -1,1 +1,0 @@
-"""The embedded stack (`partkeeper up`) and `partkeeper status`."""

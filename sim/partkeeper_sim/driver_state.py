@@ -1,0 +1,192 @@
+"""The simulated driver's state file: its schema, validation, atomic writes and lock.
+
+One JSON document shared by every process that uses the simulated cards; see sim.py for how
+operations use it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from filelock import FileLock
+
+from partkeeper.drivers import profiles
+
+FaultOp = Literal["create", "destroy", "list"]
+FaultKind = Literal["in_use", "unknown", "halfway"]
+LatencyOp = Literal["create", "destroy"]
+
+STATE_VERSION = 1
+LOCK_TIMEOUT_SECONDS = 30.0
+FAULT_OPS: tuple[FaultOp, ...] = ("create", "destroy", "list")
+FAULT_ERRORS: tuple[FaultKind, ...] = ("in_use", "unknown", "halfway")
+# `halfway`: the operation stops between its two steps and fails (UnknownError), leaving a GPU
+# instance without compute instance: a create after the GPU instance (and the undo failed too),
+# a destroy after the compute instance. Only create and destroy have two steps.
+HALFWAY_OPS: tuple[FaultOp, ...] = ("create", "destroy")
+LATENCY_OPS: tuple[LatencyOp, ...] = ("create", "destroy")
+# Fixed so that identities are reproducible across processes and re-initialisations.
+_NAMESPACE = uuid.UUID("6f1c3a52-5d0e-4c47-9a7e-2b8f4e1d9c30")
+
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class SimInstance(msgspec.Struct, forbid_unknown_fields=True):
+    gi_id: int
+    ci_id: int
+    uuid: str
+    profile: str
+    start: int
+    size: int
+    busy: bool = False
+    state: Literal["ready", "destroying"] = "ready"
+    carved: bool = False  # made by hand (`sim carve`), i.e. foreign to the agent
+
+
+class SimCard(msgspec.Struct, forbid_unknown_fields=True):
+    index: int
+    uuid: str
+    model: str
+    mode: Literal["partition", "sliced"]
+    instances: list[SimInstance] = msgspec.field(default_factory=list)
+
+
+class Fault(msgspec.Struct, forbid_unknown_fields=True):
+    times: _Count
+    error: FaultKind = "unknown"
+
+
+class SimState(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    cards: list[SimCard]
+    faults: dict[FaultOp, Fault] = msgspec.field(default_factory=dict)
+    latency_ms: dict[LatencyOp, _Count] = msgspec.field(default_factory=dict)
+
+
+def card_uuid(seed: str, index: int, model: str) -> str:
+    return f"GPU-{uuid.uuid5(_NAMESPACE, f'{seed}/card/{index}/{model}')}"
+
+
+def mig_uuid(card: str, gi_id: int, ci_id: int, profile: str, start: int) -> str:
+    """Name-based on purpose: a successor at the same slot and GI id gets the same UUID."""
+    return f"MIG-{uuid.uuid5(_NAMESPACE, f'{card}/{gi_id}/{ci_id}/{profile}/{start}')}"
+
+
+def instance_uuid(card: SimCard, gi_id: int, ci_id: int, profile: str, start: int) -> str:
+    """The identity the card's vendor gives a new partition.
+
+    NVIDIA and T-Head derive it from the slot (`mig_uuid`: a successor reproduces it); Hygon issues
+    a fresh one on every create, even at the same placement, as measured on a DCU.
+    """
+    if profiles.model(card.model).vendor == "hygon":
+        return f"MIG-{uuid.uuid4()}"
+    return mig_uuid(card.uuid, gi_id, ci_id, profile, start)
+
+
+def encode_state(state: SimState) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(state), indent=2) + b"\n"
+
+
+def check_state(state: SimState) -> None:
+    """Semantic checks msgspec's schema cannot express. Raises ValueError naming the problem."""
+    if state.version != STATE_VERSION:
+        raise ValueError(f"version {state.version} is not the supported {STATE_VERSION}")
+    for position, card in enumerate(state.cards):
+        if card.index != position:
+            raise ValueError(f"card at position {position} has index {card.index}")
+        model = profiles.model(card.model)
+        if card.mode == "sliced" and card.instances:
+            raise ValueError(f"sliced card {position} holds partitions")
+        taken: list[SimInstance] = []
+        for inst in card.instances:
+            if (inst.ci_id < 0) != (not inst.uuid):
+                raise ValueError(f"instance GI {inst.gi_id} on card {position} has a UUID only "
+                                 "with a compute instance (ci_id -1 and uuid \"\" go together)")
+            profile = model.profiles.get(inst.profile)
+            if profile is None or inst.start not in profile.starts or inst.size != profile.size:
+                raise ValueError(f"instance {inst.uuid} on card {position} has an illegal shape")
+            for other in taken:
+                if other.gi_id == inst.gi_id or profiles.overlaps(
+                    (inst.start, inst.size), (other.start, other.size)
+                ):
+                    raise ValueError(f"instances {other.uuid} and {inst.uuid} collide")
+            taken.append(inst)
+
+
+def write_state(path: Path, state: SimState) -> None:
+    """Atomic: readers see the old or the new file, never a torn one.
+
+    Not fsynced: the simulated cards, like MIG instances (gone at a reboot), need not survive a
+    power loss, and a sync per create and destroy cost 1-4 ms of each (docs/benchmarks.md)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes 0600; keep the file readable by the other processes sharing it.
+        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        with os.fdopen(fd, "wb") as out:
+            out.write(encode_state(state))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# filelock takes a held lock by retrying a non-blocking flock every `poll_interval` (a FileLock
+# argument, 0.05 s by default): two services meeting at the simulated cards (the
+# reclaimer's destroy, the allocator's enumeration after it) waited up to 50 ms, which is the
+# order of what the reclaim and DRA benchmarks measure (issue 27). A transaction here holds the
+# lock for about a millisecond, so waiters retry at that pace.
+LOCK_POLL_SECONDS = 0.001
+
+
+def lock_for(path: Path) -> FileLock:
+    # A fresh lock object per transaction: threads of one process then exclude each other too,
+    # because each holds its own open file description of the lock file.
+    return FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_SECONDS, poll_interval=LOCK_POLL_SECONDS)
+
+
+def init_state(
+    path: str | os.PathLike[str],
+    cards: list[str],
+    sliced: list[str],
+    *,
+    force: bool = False,
+    seed: str = "",
+) -> dict[str, Any]:
+    """Create the state file: `cards` in partition mode first, then `sliced`, numbered from 0.
+
+    Refuses (FileExistsError) to replace an existing file unless `force`. `seed` varies the card
+    UUIDs, e.g. to simulate several nodes; the default keeps them reproducible.
+    """
+    target = Path(path)
+    names = [*cards, *sliced]
+    if not names:
+        raise ValueError("at least one card is needed")
+    for name in names:
+        profiles.model(name)  # UnknownModelError (a ValueError) names the known models
+    state = SimState(
+        version=STATE_VERSION,
+        cards=[
+            SimCard(i, card_uuid(seed, i, name), name, "partition" if i < len(cards) else "sliced")
+            for i, name in enumerate(names)
+        ],
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with lock_for(target):
+        if target.exists() and not force:
+            raise FileExistsError(f"the state file {target} already exists")
+        write_state(target, state)
+    return snapshot(state)
+
+
+def snapshot(state: SimState) -> dict[str, Any]:
+    """The `sim list --json` shape (docs/contract.md section 6): the state plus `memory_mib`."""
+    view: dict[str, Any] = msgspec.to_builtins(state)
+    for card in view["cards"]:
+        card["memory_mib"] = profiles.model(card["model"]).memory_mib
+        card["instances"].sort(key=lambda i: i["start"])
+    return view

@@ -1,0 +1,229 @@
+"""The simulated kubelet's DRA side: Node(Un)PrepareResources around the Pods of its node.
+
+As kubelet's DRA manager does (k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go):
+
+- plugins register through `DraPlugins` (draplugins.py), which also wipes the node's
+  ResourceSlices at start and after a plugin has been unusable for a while;
+- before a Pod bound to the node starts, every claim in its `status.resourceClaimStatuses` or
+  `spec.resourceClaims` is read; the Pod is added to each claim's Pod set, and a claim not yet
+  prepared is prepared with `NodePrepareResources` on the plugin of the driver its allocation
+  names, again and again (the Pod waits in ContainerCreating) until every claim answers without
+  error; a claim another Pod already prepared is not prepared again (draclaims.py). Then each
+  container gets the CDI ids of the devices its claim references match (`container_cdi`), and
+  the Pod runs;
+- when the Pod's containers stop (deletion requested, after the termination delay), the Pod
+  leaves its claims' sets; a claim no Pod uses any more is unprepared with
+  `NodeUnprepareResources` (retried until it answers), then the deletion is completed.
+
+Kept apart from the device-plugin kubelet (`kubelet.py`); the two share only the `PodSource`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from partkeeper.kubelet import dra_pb2, dra_pb2_grpc, open_unix_channel
+from partkeeper_sim.kubelet.draclaims import ClaimInfo, container_devices
+from partkeeper_sim.kubelet.draplugins import WIPE_DELAY, DraPlugins
+from partkeeper_sim.kubelet.pods import PodEvent, PodView
+from partkeeper_sim.kubelet.source import PodSource
+
+log = logging.getLogger(__name__)
+
+CALL_TIMEOUT = 30.0
+
+
+@dataclass
+class Worker:
+    pod: PodView
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    claims: list[str] = field(default_factory=list)  # UIDs of the claims this Pod joined
+    attempts: int = 0
+    error: str = ""
+    running: bool = False
+    cdi: dict[str, list[str]] = field(default_factory=dict)  # container -> CDI ids
+
+
+class DraKubelet:
+    def __init__(self, registry_dir: Path, source: PodSource, api_client: client.ApiClient, *,
+                 node: str, termination_delay: float = 0.0, poll: float = 0.05,
+                 retry: float = 0.1, wipe_delay: float = WIPE_DELAY) -> None:
+        self.source = source
+        self.core = client.CoreV1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
+        self.registry = DraPlugins(registry_dir, node, api_client, poll=poll,
+                                   wipe_delay=wipe_delay)
+        self.termination_delay = termination_delay
+        self.retry = retry
+        self.workers: dict[str, Worker] = {}
+        self.claims: dict[str, ClaimInfo] = {}  # claim UID -> what is prepared, for which Pods
+        self.prepare_calls = 0
+        self.unprepare_calls = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def plugins(self) -> dict[str, str]:
+        return self.registry.plugins
+
+    async def __aenter__(self) -> DraKubelet:
+        self._tasks = [asyncio.create_task(self.registry.run(), name="sim-kubelet dra reg"),
+                       asyncio.create_task(self._pods(), name="sim-kubelet dra pods")]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tasks = [*self._tasks, *(w.task for w in self.workers.values() if w.task)]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- Pods ----------------------------------------------------------------------------------
+
+    async def _pods(self) -> None:
+        async for event in self.source.pods():
+            self._on(event)
+
+    def _on(self, event: PodEvent) -> None:
+        pod = event.pod
+        worker = self.workers.get(pod.uid)
+        if event.kind == "deleted" or pod.deletion_requested or pod.finished:
+            if worker is not None:
+                worker.pod = pod
+                worker.stop.set()
+            return
+        if worker is None and pod.phase == "Pending":
+            worker = Worker(pod)
+            worker.task = asyncio.create_task(self._run(worker), name=f"sim-kubelet dra {pod.key}")
+            self.workers[pod.uid] = worker
+
+    async def _run(self, worker: Worker) -> None:
+        pod = worker.pod
+        try:
+            while not worker.stop.is_set():
+                if await self._attempt(worker):
+                    worker.running = True
+                    await self.source.set_phase(pod.uid, "Running", "", "")
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(worker.stop.wait(), self.retry)
+            await worker.stop.wait()
+            if self.termination_delay:
+                await asyncio.sleep(self.termination_delay)
+            await self._leave_all(worker)
+            if worker.pod.deletion_requested:
+                await self.source.finalize_delete(pod.namespace, pod.name, pod.uid)
+        finally:
+            self.workers.pop(pod.uid, None)
+
+    async def _attempt(self, worker: Worker) -> bool:
+        try:
+            return await self._prepare_all(worker)
+        except (ApiException, OSError, ValueError) as exc:
+            worker.error = f"reading the Pod's claims failed: {exc}"
+            return False
+
+    async def _read(self, pod: PodView) -> tuple[dict[str, Any], dict[str, tuple[str, Any]]] | None:
+        """The Pod and, per claim entry, (claim UID, (driver, ref) list); None while a claim is
+        not made or not allocated yet."""
+        raw = await asyncio.to_thread(self.core.read_namespaced_pod, pod.name, pod.namespace,
+                                      _preload_content=False)
+        body = json.loads(raw.data)
+        statuses = {s.get("name"): s.get("resourceClaimName")
+                    for s in (body.get("status") or {}).get("resourceClaimStatuses") or []}
+        found: dict[str, tuple[str, Any]] = {}
+        for entry in (body.get("spec") or {}).get("resourceClaims") or []:
+            name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+            if not name:
+                return None
+            raw = await asyncio.to_thread(self.resource.read_namespaced_resource_claim, name,
+                                          pod.namespace, _preload_content=False)
+            claim = json.loads(raw.data)
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices")
+                       or {}).get("results") or []
+            if not results:
+                return None
+            ref = dra_pb2.Claim(namespace=pod.namespace, uid=claim["metadata"]["uid"], name=name)
+            drivers = sorted({str(r.get("driver")) for r in results})
+            found[str(entry.get("name"))] = (ref.uid, [(d, ref) for d in drivers])
+        return body, found
+
+    async def _prepare_all(self, worker: Worker) -> bool:
+        worker.attempts += 1
+        read = await self._read(worker.pod)
+        if read is None:
+            worker.error = "a claim is not allocated yet"
+            return False
+        body, entries = read
+        for uid, refs in entries.values():
+            for driver, ref in refs:
+                info = self.claims.setdefault(uid, ClaimInfo(driver, ref))
+                info.pods.add(worker.pod.uid)
+                if uid not in worker.claims:
+                    worker.claims.append(uid)
+                if info.prepared:
+                    continue  # prepared for another Pod already: once per claim
+                error = await self._prepare(info)
+                if error:
+                    worker.error = error
+                    return False
+        worker.cdi = container_devices(body, {e: uid for e, (uid, _) in entries.items()},
+                                       self.claims)
+        worker.error = ""
+        return True
+
+    async def _prepare(self, info: ClaimInfo) -> str:
+        socket = self.plugins.get(info.driver)
+        if socket is None:
+            return f"DRA driver {info.driver} is not registered"
+        self.prepare_calls += 1
+        try:
+            async with open_unix_channel(socket) as channel:
+                reply = await dra_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
+                    dra_pb2.NodePrepareResourcesRequest(claims=[info.ref]), timeout=CALL_TIMEOUT)
+        except grpc.aio.AioRpcError as exc:
+            return f"NodePrepareResources: {exc.code()} {exc.details()}"
+        answer = reply.claims.get(info.ref.uid)
+        if answer is None or answer.error:
+            return answer.error if answer else f"no answer for claim {info.ref.uid}"
+        info.devices, info.prepared = list(answer.devices), True
+        return ""
+
+    async def _leave_all(self, worker: Worker) -> None:
+        for uid in list(worker.claims):
+            info = self.claims.get(uid)
+            worker.claims.remove(uid)
+            if info is None:
+                continue
+            info.pods.discard(worker.pod.uid)
+            if info.pods:
+                continue  # another Pod of this node still uses the claim
+            if info.prepared:
+                await self._unprepare(info)
+            self.claims.pop(uid, None)
+
+    async def _unprepare(self, info: ClaimInfo) -> None:
+        ref = info.ref
+        while (socket := self.plugins.get(info.driver)) is not None:
+            self.unprepare_calls += 1
+            try:
+                async with open_unix_channel(socket) as channel:
+                    reply = await dra_pb2_grpc.DRAPluginStub(channel).NodeUnprepareResources(
+                        dra_pb2.NodeUnprepareResourcesRequest(claims=[ref]),
+                        timeout=CALL_TIMEOUT)
+                answer = reply.claims.get(ref.uid)
+                if answer is not None and not answer.error:
+                    return
+                log.warning("unprepare of %s failed: %s", ref.name, answer)
+            except grpc.aio.AioRpcError as exc:
+                log.warning("unprepare of %s failed: %s", ref.name, exc.code())
+            await asyncio.sleep(self.retry)
