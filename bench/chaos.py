@@ -39,6 +39,7 @@ from partkeeper_sim.driver import FaultOp
 from partkeeper_sim.kubelet import PodState
 from partkeeper_sim.stack.natsserver import NatsServer
 from services.allocator import capacity, catalog
+from tests_support import show_waiting_tasks
 
 PROFILES = ("1g.10gb", "3g.40gb", "7g.80gb")
 PREFIX = "nvidia.com/mig-"
@@ -257,13 +258,7 @@ async def settle(run: Run, *, everything: bool) -> None:
 
 def _show_stuck() -> None:
     """Where the node's work waits (stderr), to tell a stuck admission's cause."""
-    for task in asyncio.all_tasks():
-        if task.get_name().startswith(("allocat", "realise", "sim-kubelet", "chaos")):
-            print(f"--- {task.get_name()}", file=sys.stderr)
-            try:
-                task.print_stack(limit=12, file=sys.stderr)
-            except TypeError:  # a frame of compiled grpc code has no line number
-                print(task.get_coro(), file=sys.stderr)
+    show_waiting_tasks(("allocat", "realise", "sim-kubelet", "dial", "chaos"))
 
 
 async def _unsettled(run: Run) -> str | None:
@@ -301,13 +296,19 @@ async def run_chaos(nc: Client, *, steps: int, seed: int, settle_every: int = 25
             run.kinds[name] = run.kinds.get(name, 0) + 1
             if progress is not None:
                 progress(f"step {run.steps}: {name}")
-            try:
-                async with asyncio.timeout(STEP_SECONDS + SETTLE_SECONDS):
-                    await _step_and_check(run, step, settle_every)
-            except TimeoutError:
+            # A task of its own, so that a step that hangs is shown where it waits before it is
+            # cancelled.
+            checked = asyncio.create_task(_step_and_check(run, step, settle_every),
+                                          name=f"chaos step {run.steps}: {name}")
+            done, _ = await asyncio.wait({checked}, timeout=STEP_SECONDS + SETTLE_SECONDS)
+            if done:
+                checked.result()
+            else:
                 run.violate(f"{name} and its checks did not finish within "
                             f"{STEP_SECONDS + SETTLE_SECONDS:.0f}s (stuck work on stderr)")
                 _show_stuck()
+                checked.cancel()
+                await asyncio.gather(checked, return_exceptions=True)
             if run.violations:
                 break
         if not run.violations:

@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import inspect
 import shutil
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from schemas import Claim, LiveInstance
 from schemas.events import ClaimState
@@ -55,20 +57,37 @@ async def until(
         if result:
             return
         if loop.time() > deadline:
-            _show_waiting_tasks()
+            show_waiting_tasks()
             raise AssertionError(f"not within {timeout:g}s: {what}")
         await asyncio.sleep(0.01)
 
 
-def _show_waiting_tasks() -> None:
+def show_waiting_tasks(prefixes: tuple[str, ...] = ("",), file: TextIO | None = None) -> None:
+    """Print, for every other task whose name starts with one of `prefixes`, the whole chain of
+    awaits it is suspended in (Task.print_stack shows only a suspended coroutine's outer frame,
+    which does not tell a stuck call from an idle loop)."""
+    out = file or sys.stderr
     current = asyncio.current_task()
     for task in asyncio.all_tasks():
-        if task is current:
+        if task is current or not task.get_name().startswith(prefixes):
             continue
-        try:
-            task.print_stack(limit=8)
-        except TypeError:  # a frame of compiled grpc code has no line number
-            print(f"task {task.get_name()}: {task.get_coro()}")
+        print(f"--- {task.get_name()}", file=out)
+        for where in _await_chain(task.get_coro()):
+            print(f"    {where}", file=out)
+
+
+def _await_chain(coro: object) -> list[str]:
+    chain = []
+    while coro is not None:
+        frame = (getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                 or getattr(coro, "ag_frame", None))
+        if frame is None:  # a future, or a coroutine of compiled code
+            chain.append(repr(coro)[:200])
+            break
+        chain.append(f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coro = (getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+                or getattr(coro, "ag_await", None))
+    return chain
 
 
 @contextlib.contextmanager
