@@ -29,7 +29,6 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.pk.parts.{{tag(node)}}.*' \
   --allow-pub '$JS.API.CONSUMER.MSG.NEXT.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}' \
   --allow-pub '$JS.ACK.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.>' \
-  --allow-pub '$JS.FC.>' \
   --allow-sub '_INBOX.{{tag(node)}}.watcher.>' \
   --allow-sub 'pk.{{tag(node)}}.pods.get' \
   --allow-sub 'pk.{{tag(node)}}.pods.states' \
@@ -58,9 +57,11 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role allocator \
   --allow-pub '$JS.API.DIRECT.GET.KV_pk-claims.$KV.pk-claims.{{tag(node)}}.>' \
   --allow-pub '$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{{tag(node)}}.>' \
   --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-claims.*.$KV.pk-claims.{{tag(node)}}.>' \
+  --allow-pub '$JS.FC.KV_pk-claims.>' \
   --allow-pub '$JS.API.CONSUMER.CREATE.KV_pk-pods.*.$KV.pk-pods.{{tag(node)}}.>' \
+  --allow-pub '$JS.FC.KV_pk-pods.>' \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.*.pk.parts.{{tag(node)}}.>' \
-  --allow-pub '$JS.FC.>' \
+  --allow-pub '$JS.FC.PK_PARTITIONS.>' \
   --deny-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.>' \
   --allow-sub '_INBOX.{{tag(node)}}.allocator.>' \
   --allow-sub 'pk.{{tag(node)}}.claims.query' \
@@ -88,7 +89,6 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role reclaimer \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PODS.reclaimer-pk_pods-{{tag(node)}}.pk.pods.{{tag(node)}}.*' \
   --allow-pub '$JS.API.CONSUMER.MSG.NEXT.PK_PODS.reclaimer-pk_pods-{{tag(node)}}' \
   --allow-pub '$JS.ACK.PK_PODS.reclaimer-pk_pods-{{tag(node)}}.>' \
-  --allow-pub '$JS.FC.>' \
   --allow-sub '_INBOX.{{tag(node)}}.reclaimer.>' \
   --allow-sub 'pk.{{tag(node)}}.reclaim.now' \
   --allow-sub '$SRV.PING' \

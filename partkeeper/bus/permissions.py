@@ -104,8 +104,11 @@ def _watch(stream: str, subjects: str) -> tuple[str, ...]:
     filter differs from the subject's, so `*` (any name) reads no other node's subjects. No
     CONSUMER.DELETE or INFO: the watch never asks either, and a consumer it leaves is removed by
     the server after its inactive threshold; a delete grant would need the same `*` and would
-    let the service delete other nodes' consumers."""
-    return (f"$JS.API.CONSUMER.CREATE.{stream}.*.{subjects}",)
+    let the service delete other nodes' consumers. A flow-control request is answered as a reply
+    (allow_responses); a heartbeat that says the consumer stalls names the same subject,
+    `$JS.FC.<stream>.<consumer>.<token>` (nats-server consumer.go), in a header, which is no
+    reply: hence this stream's FC subjects."""
+    return (f"$JS.API.CONSUMER.CREATE.{stream}.*.{subjects}", f"$JS.FC.{stream}.>")
 
 
 def _serves(micro: str) -> tuple[str, ...]:
@@ -125,7 +128,6 @@ WATCHER = Role(
         f"pk.pods.{NODE}.*", f"pk.dlq.{NODE}.watcher-events", f"$KV.{BUCKET_PODS}.{NODE}.>",
         *_look(), *_read(BUCKET_PODS),
         *_durable("watcher-events", STREAM_PARTITIONS, f"pk.parts.{NODE}.*"),
-        "$JS.FC.>",
     ),
     subscribe=(*_inbox("watcher"), f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.states",
                f"pk.{NODE}.pods.pending", *_serves(SERVICE_WATCHER)),
@@ -145,7 +147,6 @@ ALLOCATOR = Role(
         *_watch(f"KV_{BUCKET_PODS}", f"$KV.{BUCKET_PODS}.{NODE}.>"),
         # following the audit log (removals.py)
         *_watch(STREAM_PARTITIONS, f"pk.parts.{NODE}.>"),
-        "$JS.FC.>",
     ),
     subscribe=(*_inbox("allocator"), f"pk.{NODE}.claims.query", *_serves(SERVICE_ALLOCATOR)),
     allow_responses=True,
@@ -164,7 +165,6 @@ RECLAIMER = Role(
         f"$KV.{BUCKET_CLAIMS}.{NODE}.>",
         *_look(), *_read(BUCKET_CLAIMS),
         *_durable("reclaimer", STREAM_PODS, f"pk.pods.{NODE}.*"),
-        "$JS.FC.>",
     ),
     subscribe=(*_inbox("reclaimer"), f"pk.{NODE}.reclaim.now", *_serves(SERVICE_RECLAIMER)),
     allow_responses=True,

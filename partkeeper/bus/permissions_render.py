@@ -43,7 +43,8 @@ _CONF_HEADER = """\
 #   $JS.API.CONSUMER.CREATE.<stream>.*.<node's subjects>.>  the allocator's ordered watches
 #                       (bus/ordered.py): named consumers, the filter in the subject, which the
 #                       server holds the body to; this node's subjects only
-#   $JS.FC.>, $JS.ACK.> flow control of KV watches, acks of its durable consumer
+#   $JS.FC.<stream>.>    flow control of the allocator's watches of that stream
+#   $JS.ACK.<stream>.>   acks of its durable consumer
 """
 
 

@@ -469,3 +469,29 @@ async def test_the_allocators_watch_resumes_under_a_new_name_with_no_gap_nor_dup
 async def _watch_consumers(admin: Client, filter_subject: str) -> list[str]:
     infos = await admin.jetstream().consumers_info("KV_pk-claims")
     return [i.name for i in infos if i.config.filter_subject == filter_subject]
+
+
+async def test_the_allocators_watch_answers_flow_control_on_its_own_grants(
+        server: NatsServer) -> None:
+    """A replay of several megabytes (64 Pod records of 128 KiB) comes whole and without a
+    permissions violation: the server's flow-control requests are answered as replies (the role's
+    allow_responses), and a stalled heartbeat's `$JS.FC.KV_pk-pods.<consumer>.<token>` through
+    the stream's own FC grant; without either the replay would stall at its first window."""
+    admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
+    session = await _as_allocator(server)
+    assert session.nc is not None
+    watches: list[asyncio.Task[None]] = []
+    try:
+        await ensure_topology(admin.jetstream())
+        pods = await admin.jetstream().key_value("pk-pods")
+        for index in range(64):
+            await pods.put(f"{NODE}.big-{index}", b"x" * 128 * 1024)
+        own = Entries(kv.watch(session.nc, "pk-pods", f"{NODE}.*", **FAST))
+        watches.append(own.task)
+        await asyncio.wait_for(own.caught_up.wait(), 30)
+        assert len(own.got) == 64
+        assert not [e for e in session.errors if "permissions violation" in e], session.errors
+    finally:
+        await cancel_all(watches)
+        await session.close()
+        await admin.close()
