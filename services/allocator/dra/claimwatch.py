@@ -15,24 +15,20 @@ docs/dra.md states.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from urllib3.exceptions import HTTPError
-
-from partkeeper import backoff
-from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
-from services.allocator.dra.kube import KubeError, ResourceApi
+from partkeeper.listwatch import Listed, ListWatch
+from services.allocator.dra.follow import Item, follow
+from services.allocator.dra.kube import ResourceApi
 
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_SECONDS = 240
 
 
-def concerns(item: Listed[list[dict[str, Any]]] | Event, held: Collection[str]) -> bool:
+def concerns(item: Item, held: Collection[str]) -> bool:
     """Whether a LIST or a watch event may end the use of a claim in `held` (UIDs)."""
     if isinstance(item, Listed):
         return True
@@ -55,24 +51,14 @@ class ClaimWatch:
         self._listwatch.stop()
 
     async def run(self) -> None:
-        failures = backoff.Failures("watching the ResourceClaims", backoff.Schedule(cap=10.0))
-        while True:
-            try:
-                async with contextlib.aclosing(self._listwatch.items()) as items:
-                    async for item in items:
-                        self._take(item)
-                        failures.succeeded()
-            except Expired:
-                self.synced = False
-                log.info("watch of the ResourceClaims expired; listing again")
-            except (EndedAtOnce, WatchFailed, KubeError, HTTPError, OSError) as exc:
-                self.synced = False
-                self._listwatch.resume_from = None
-                wait = failures.failed(exc, "claim lifetimes polled meanwhile; listing again")
-                self.wake()
-                await asyncio.sleep(wait)
+        await follow("watching the ResourceClaims", self._listwatch, self._take, lost=self._lost,
+                     doing="claim lifetimes polled meanwhile; listing again")
 
-    def _take(self, item: Listed[list[dict[str, Any]]] | Event) -> None:
+    def _lost(self) -> None:
+        self.synced = False
+        self.wake()
+
+    def _take(self, item: Item) -> None:
         if isinstance(item, Listed):
             self.synced = True
         if concerns(item, self.held()):

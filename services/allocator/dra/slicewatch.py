@@ -15,18 +15,14 @@ does: what happened while nobody watched is unknown.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
-from urllib3.exceptions import HTTPError
-
-from partkeeper import backoff
 from partkeeper.dra import slices
-from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
-from services.allocator.dra.kube import KubeError, ResourceApi
+from partkeeper.listwatch import Listed, ListWatch
+from services.allocator.dra.follow import Item, follow
+from services.allocator.dra.kube import ResourceApi
 from services.allocator.dra.publish import SlicePublisher
 
 log = logging.getLogger(__name__)
@@ -64,21 +60,9 @@ class SliceWatch:
         self._listwatch.stop()
 
     async def run(self) -> None:
-        failures = backoff.Failures("watching the node's ResourceSlices",
-                                    backoff.Schedule(cap=10.0))
-        while True:
-            try:
-                async with contextlib.aclosing(self._listwatch.items()) as items:
-                    async for item in items:
-                        self._take(item)
-                        failures.succeeded()
-            except Expired:
-                log.info("watch of the node's ResourceSlices expired; listing again")
-            except (EndedAtOnce, WatchFailed, KubeError, HTTPError, OSError) as exc:
-                self._listwatch.resume_from = None
-                await asyncio.sleep(failures.failed(exc, "listing again"))
+        await follow("watching the node's ResourceSlices", self._listwatch, self._take)
 
-    def _take(self, item: Listed[list[dict[str, Any]]] | Event) -> None:
+    def _take(self, item: Item) -> None:
         if isinstance(item, Listed):
             self.publisher.invalidate()
             return
