@@ -8,6 +8,7 @@ from any server's monitoring endpoint `/jsz` (`meta_cluster.leader`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from nats.js import JetStreamContext
 
 from partkeeper.bus import ensure_topology
 from partkeeper_sim.stack.natsserver import NatsServer, free_port
+from tests_support import until
 
 CLUSTER_NAME = "pk-test"
 SIZE = 3
@@ -81,14 +83,18 @@ class Cluster:
         return self.names.index(name) if name in self.names else None
 
     async def wait_leader(self, timeout: float = 60.0, other_than: int | None = None) -> int:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            found = await asyncio.to_thread(self.leader)
-            if found is not None and found != other_than:
-                return found
-            await asyncio.sleep(0.2)  # an election takes a few seconds; asked again until then
-        raise AssertionError(f"no JetStream meta leader within {timeout:.0f}s; see "
-                             f"{[s.log_path for s in self.servers]}")
+        elected: list[int] = []
+
+        async def found() -> bool:
+            index = await asyncio.to_thread(self.leader)
+            if index is None or index == other_than:
+                return False
+            elected.append(index)
+            return True
+
+        await until(found, f"a JetStream meta leader; see {[s.log_path for s in self.servers]}",
+                    timeout)
+        return elected[0]
 
     async def start(self, replicas: int = SIZE) -> None:
         """Start the servers, wait for a meta leader, and create the streams and buckets with
@@ -152,30 +158,35 @@ class Cluster:
 
     async def wait_stream_leader(self, js: JetStreamContext, stream: str, *, other_than: int,
                                  timeout: float = 60.0) -> int:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            found = await self.stream_leader(js, stream)
-            if found is not None and found != other_than:
-                return found
-            await asyncio.sleep(0.2)  # an election takes a few seconds; asked again until then
-        raise AssertionError(f"{stream}: no new leader within {timeout:.0f}s")
+        elected: list[int] = []
+
+        async def found() -> bool:
+            index = await self.stream_leader(js, stream)
+            if index is None or index == other_than:
+                return False
+            elected.append(index)
+            return True
+
+        await until(found, f"a new leader of {stream}", timeout)
+        return elected[0]
 
     async def wait_current(self, js: JetStreamContext, streams: list[str],
                            timeout: float = 120.0) -> None:
         """Every replica of every stream is current again (a restarted server caught up)."""
-        end = time.monotonic() + timeout
+        async def current(stream: str) -> bool:
+            try:
+                info = await js.stream_info(stream)
+            except (TimeoutError, nats.errors.Error):
+                return False
+            replicas = (info.cluster.replicas or []) if info.cluster else []
+            return bool(info.cluster and info.cluster.leader and len(replicas) == SIZE - 1
+                        and all(r.current and not r.offline for r in replicas))
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         for stream in streams:
-            while True:
-                try:
-                    info = await js.stream_info(stream)
-                    replicas = (info.cluster.replicas or []) if info.cluster else []
-                    if info.cluster and info.cluster.leader and len(replicas) == SIZE - 1 and \
-                            all(r.current and not r.offline for r in replicas):
-                        break
-                except (TimeoutError, nats.errors.Error):
-                    pass
-                assert time.monotonic() < end, f"{stream}: replicas not current in {timeout:.0f}s"
-                await asyncio.sleep(0.2)  # asked again until the deadline
+            await until(functools.partial(current, stream), f"every replica of {stream} current",
+                        max(0.0, deadline - loop.time()))
 
     async def stop(self) -> None:
         await asyncio.gather(*(asyncio.to_thread(s.stop) for s in self.servers))
