@@ -224,19 +224,27 @@ async def keep_following(
     follow: Callable[[], Awaitable[None]],
     *,
     cap: float = 5.0,
+    healthy: float = 60.0,
     after_gap: Callable[[], None] | None = None,
     sleep: Sleep = asyncio.sleep,
+    clock: Clock | None = None,
 ) -> NoReturn:
     """Run `follow` (a watch or subscription loop) until cancelled, starting it again with
     backoff whenever it ends or fails; `after_gap` runs after each restart's wait (for example to
-    wake a recompute, since changes may have been missed meanwhile)."""
+    wake a recompute, since changes may have been missed meanwhile). A follower that ran for
+    `healthy` seconds before it ended starts the count afresh: a watch lost once a day is
+    restarted after the schedule's first wait, not its cap."""
+    now = clock or asyncio.get_running_loop().time
     failures = Failures(what, Schedule(cap=cap))
     while True:
+        started = now()
         try:
             await follow()
             problem: object = "it ended"
         except Exception as exc:
             problem = exc
+        if now() - started >= healthy:
+            failures.succeeded()
         await sleep(failures.failed(problem))
         if after_gap is not None:
             after_gap()

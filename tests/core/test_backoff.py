@@ -260,6 +260,27 @@ async def test_keep_following_starts_a_follower_again_after_it_ends_or_fails() -
     assert len(gaps) == 2
 
 
+async def test_keep_following_counts_afresh_after_a_follower_that_ran_well() -> None:
+    """Three quick failures climb the schedule (0.1-0.2, 0.2-0.4, 0.4-0.8 s); a follower that
+    then ran for an hour is restarted after the schedule's first wait again, not a longer one."""
+    clock = Clock()
+    runs = iter([0.0, 0.0, 0.0, 3600.0])
+
+    async def follow() -> None:
+        clock.now += next(runs)
+        raise Transient("connection lost")
+
+    async def sleep(seconds: float) -> None:
+        await clock.sleep(seconds)
+        if len(clock.waits) == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        await backoff.keep_following("watching pk-claims", follow, sleep=sleep, clock=clock)
+    assert clock.waits[2] >= 0.4
+    assert clock.waits[3] <= 0.2
+
+
 @pytest.mark.parametrize("attempt", [1, 2, 5, 40])
 def test_the_schedule_is_bounded_and_jittered_below_its_ceiling(attempt: int) -> None:
     ceiling = min(3.0, 0.5 * 2 ** (attempt - 1))
