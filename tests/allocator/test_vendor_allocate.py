@@ -9,12 +9,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from drivers.vendor_rigs import Rig, hygon_rig, open_dmi, open_hgml, thead_rig
 
 from partkeeper.drivers import Driver
 from tests_support import instance_of
 from tests_support.allocator import FAST, MIG, node_stack
 from tests_support.kubelet import pod_record
+from tests_support.vendor_rigs import Rig, hygon_rig, open_dmi, open_hgml, thead_rig
 
 R2G = f"{MIG}2g.15gb"
 B = "0b6c1f7e-3a2d-4e5f-9a8b-7c6d5e4f3a2b"

@@ -4,19 +4,11 @@ as the partition it waits for is destroyed."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
-from kubernetes import client, config
-
-from partkeeper.dra import DRIVER
-from partkeeper_sim.kubelet.cluster import ClusterPodSource
-from partkeeper_sim.kubelet.dra import DraKubelet
-from partkeeper_sim.scheduler.loop import DraScheduler
 from tests_support import until
-from tests_support.dra import NAMESPACE, claim_body, dra_node
+from tests_support.dra import NAMESPACE, control_plane, dra_node, phase
 
 
 def pod_body(name: str, template: str) -> dict[str, Any]:
@@ -24,35 +16,6 @@ def pod_body(name: str, template: str) -> dict[str, Any]:
         "containers": [{"name": "main", "image": "busybox",
                         "resources": {"claims": [{"name": "mig"}]}}],
         "resourceClaims": [{"name": "mig", "resourceClaimTemplateName": template}]}}
-
-
-@contextlib.asynccontextmanager
-async def control_plane(stack, kubeconfig, *, wipe_delay: float = 30.0):
-    api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    core = client.CoreV1Api(api_client)
-    resource = client.ResourceV1Api(api_client)
-    resource.create_device_class({"metadata": {"name": DRIVER}, "spec": {"selectors": [
-        {"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
-    for profile in ("7g.80gb", "1g.10gb"):
-        resource.create_namespaced_resource_claim_template(NAMESPACE, {
-            "metadata": {"name": f"mig-{profile.replace('.', '-')}"},
-            "spec": claim_body("x", profile)})
-    scheduler = DraScheduler(api_client, stack.node, interval=0.02)
-    source = ClusterPodSource(core, stack.node)
-    kubelet = DraKubelet(stack.config.kubelet_registry_dir, source, api_client, node=stack.node,
-                         poll=0.02, retry=0.05, wipe_delay=wipe_delay)
-    task = asyncio.create_task(scheduler.run(), name="sim scheduler")
-    try:
-        async with kubelet:
-            yield core, resource, scheduler, kubelet
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        api_client.close()
-
-
-def phase(core, name: str) -> str:
-    return core.read_namespaced_pod(name, NAMESPACE).status.phase
 
 
 async def test_big_and_small_on_one_card_wait_instead_of_failing(

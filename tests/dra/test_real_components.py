@@ -9,13 +9,12 @@ import asyncio
 import logging
 from typing import Any
 
-from dra.test_cluster_dra import control_plane, phase
 from kubernetes import client
 
 from partkeeper.dra import DRIVER
 from services.reclaimer.decide import Sighting, Step, decide
 from tests_support import until
-from tests_support.dra import NAMESPACE, claim_body, dra_node
+from tests_support.dra import NAMESPACE, claim_body, control_plane, dra_node, phase
 
 
 def pod(name: str, claims: list[dict[str, Any]], request: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fakes.nvml import FakeNvml
 
-from .harness import BUILDERS, KINDS, NVIDIA_NODE, Harness, shapes, sim_state
+from tests_support.drivers import BUILDERS, KINDS, NVIDIA_NODE, Harness, shapes, sim_state
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

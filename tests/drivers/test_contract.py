@@ -25,8 +25,7 @@ from partkeeper.drivers.base import (
     ReadError,
     UnknownError,
 )
-
-from .harness import Harness, Shape
+from tests_support.drivers import Harness, Shape
 
 # How many instances of each profile an empty card holds: for NVIDIA docs/contract.md section 6,
 # for the T-Head PPU and the Hygon DCU the counts measured on one card (docs/drivers.md).

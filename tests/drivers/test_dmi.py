@@ -22,8 +22,7 @@ from partkeeper.drivers.base import (
 )
 from partkeeper.drivers.hygon import api as dmi_api
 from partkeeper.drivers.hygon.binding import DmiDriver
-
-from .vendor_rigs import Rig, hygon_rig, open_dmi
+from tests_support.vendor_rigs import Rig, hygon_rig, open_dmi
 
 ERROR_UNKNOWN = 999
 

@@ -27,8 +27,7 @@ from services.allocator import partitions
 from services.allocator.context import Context
 from services.reclaimer.decide import Step, decide, sighting
 from tests_support import make_claim
-
-from .harness import Harness
+from tests_support.drivers import Harness
 
 
 def _claim(

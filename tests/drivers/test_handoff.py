@@ -10,7 +10,6 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-import msgspec
 import pytest
 from fakes.hostfs import char_device
 from fakes.nvml import CAPS_MAJOR, FakeNvml
@@ -21,13 +20,12 @@ from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nodes
 from partkeeper.drivers import Driver, open_driver
-from partkeeper.drivers.base import ContainerEdits, Instance, InstanceSpec, ReadError
+from partkeeper.drivers.base import ContainerEdits, InstanceSpec, ReadError
 from partkeeper.drivers.nvidia.binding import NvmlDriver
-from schemas import Claim, LiveInstance
 from services.allocator import handoff, reply
 from services.allocator.context import Context
 from services.allocator.refusal import Refusal
-from tests_support import make_claim
+from tests_support.drivers import active_claim
 
 
 def _minor(path: Path) -> int:
@@ -128,7 +126,7 @@ async def test_a_node_that_cannot_be_made_refuses_naming_it(
     driver = NvmlDriver(root=roots.driver_root, proc_root=roots.proc_root, make_node=refused)
     inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
     minor = _minor(roots.proc_root / f"driver/nvidia/capabilities/gpu0/mig/gi{inst.gi_id}/access")
-    claim = _active(inst, "c0")
+    claim = active_claim(inst, "c0")
     config = Config(node=node, driver="nvml", device_list_strategy="cdi", cdi_dir=tmp_path / "cdi")
     with pytest.raises(Refusal) as err:
         await handoff.prepare(await _context(js, node, driver, config), [claim])
@@ -214,12 +212,6 @@ def test_the_cdi_spec_is_version_0_6_with_the_uuid_and_the_nodes(tmp_path: Path)
         cdi.spec_path(tmp_path, "../escape")
 
 
-def _active(inst: Instance, cid: str) -> Claim:
-    claim = make_claim(cid, inst.start, inst.size, card=inst.card, state="active")
-    live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
-    return msgspec.structs.replace(claim, profile=inst.profile, instance=live)
-
-
 async def _context(js, node: str, driver: Driver, config: Config) -> Context:
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     return Context(config, js._nc, js, store, driver, tuple(driver.cards()),
@@ -233,7 +225,7 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
 ) -> None:
     driver = _nvml(roots)
     insts = [driver.create(InstanceSpec(0, "1g.10gb", s)) for s in (0, 1)]
-    claims = [_active(i, f"c{n}") for n, i in enumerate(insts)]
+    claims = [active_claim(i, f"c{n}") for n, i in enumerate(insts)]
     config = Config(node=node, driver="nvml", device_list_strategy=strategy,
                     cdi_dir=tmp_path / "cdi")
     ctx = await _context(js, node, driver, config)
@@ -268,7 +260,7 @@ async def test_a_capability_that_cannot_be_read_refuses_naming_the_partition_and
     inst = driver.create(InstanceSpec(0, "1g.10gb", 0))
     access = roots.proc_root / "driver/nvidia/capabilities/gpu0/mig" / f"gi{inst.gi_id}/access"
     access.unlink()
-    claim = _active(inst, "c0")
+    claim = active_claim(inst, "c0")
     config = Config(node=node, driver="nvml", device_list_strategy="cdi", cdi_dir=tmp_path / "cdi")
     with pytest.raises(Refusal) as refused:
         await handoff.prepare(await _context(js, node, driver, config), [claim])

@@ -15,9 +15,8 @@ from partkeeper.config import Config
 from partkeeper.drivers.base import InstanceSpec
 from services.allocator import handoff, reply
 from services.allocator.context import Context
-
-from .test_handoff import _active
-from .vendor_rigs import hygon_rig, open_dmi
+from tests_support.drivers import active_claim
+from tests_support.vendor_rigs import hygon_rig, open_dmi
 
 
 async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
@@ -27,7 +26,7 @@ async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
     rig.require_nodes()
     driver = open_dmi(rig)
     inst = driver.create(InstanceSpec(0, "4g.31gb", 2))
-    claims = [_active(inst, "c0")]
+    claims = [active_claim(inst, "c0")]
     config = Config(node=node, driver="dmi", device_list_strategy="cdi",
                     cdi_dir=tmp_path / "cdi", driver_root=rig.root)
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)

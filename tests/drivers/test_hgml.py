@@ -12,8 +12,7 @@ from fakes import hgml as fake_hgml
 from partkeeper.drivers.base import InstanceSpec, LibraryMissing, ReadError, UnknownError
 from partkeeper.drivers.thead import api as hgml_api
 from partkeeper.drivers.thead.binding import HgmlDriver
-
-from .vendor_rigs import Rig, open_hgml, thead_rig
+from tests_support.vendor_rigs import Rig, open_hgml, thead_rig
 
 ERROR_UNKNOWN = 999
 

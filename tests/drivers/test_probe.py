@@ -15,18 +15,12 @@ from fakes.nvml import FakeNvml
 
 from partkeeper.drivers.base import InstanceSpec
 from partkeeper.drivers.nvidia.binding import NvmlDriver
+from tests_support.drivers import probe
 
 MUTATING = (
     "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceCreateComputeInstance",
     "nvmlComputeInstanceDestroy", "nvmlGpuInstanceDestroy", "nvmlDeviceSetMigMode",
 )  # fmt: skip
-
-
-def probe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "partkeeper", "probe", *args], env={**os.environ, **env},
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
 
 
 def test_probe_over_nvml_shows_cards_profiles_and_instances_and_changes_nothing(

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from partkeeper.drivers.base import InstanceSpec
-
-from .test_probe import probe
-from .vendor_rigs import Rig, hygon_rig, open_dmi, open_hgml, thead_rig
+from tests_support.drivers import probe
+from tests_support.vendor_rigs import Rig, hygon_rig, open_dmi, open_hgml, thead_rig
 
 MUTATING = ("CreateGpuInstanceWithPlacement", "GpuInstanceCreateComputeInstance",
             "ComputeInstanceDestroy", "GpuInstanceDestroy")

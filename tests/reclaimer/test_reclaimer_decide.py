@@ -7,29 +7,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partkeeper.drivers.base import IdentityRule, Instance, issued_identity, slot_identity
+from partkeeper.drivers.base import IdentityRule, issued_identity, slot_identity
 from partkeeper.podstate import is_dead
-from schemas import CardClaims, Claim, LiveInstance
-from schemas.documents import ClaimKind
-from schemas.events import ClaimState
+from schemas import CardClaims, Claim
 from services.reclaimer.decide import PodVerdict, Sighting, Step, decide, sighting
-from tests_support import UID
-
-NOW = 10_000.0
-TIMEOUT = 60.0
-MINE = Instance(card=0, profile="1g.10gb", start=2, size=2, gi_id=3, ci_id=0, uuid="MIG-mine")
-LIVE = LiveInstance(gi_id=MINE.gi_id, ci_id=MINE.ci_id, uuid=MINE.uuid)
-
-
-def claim(state: ClaimState, *, recorded: bool = True, age: float = 600.0,
-          kind: ClaimKind = "partition") -> Claim:
-    return Claim(
-        id="c1", kind=kind, state=state, pod_uid=UID, namespace="d", name="p", container="main",
-        resource="nvidia.com/mig-1g.10gb", device_ids=["t1"], card=0, profile="1g.10gb",
-        start=2, size=2, instance=LIVE if recorded and kind == "partition" else None,
-        created_at=NOW - age, updated_at=NOW - age,
-    )
-
+from tests_support.reclaimer_decisions import (
+    MINE,
+    NOW,
+    TIMEOUT,
+    claim,
+    claims,
+    instances,
+    verdicts,
+)
 
 PRESENT = Sighting(listed=True, present=MINE)
 ABSENT = Sighting(listed=True, present=None)
@@ -88,16 +78,6 @@ def test_decision_table(claim_: Claim, seen: Sighting, pod: PodVerdict, step: St
         assert 0 < chosen.wait <= TIMEOUT or not seen.listed
 
 
-instances = st.builds(
-    Instance, card=st.just(0), profile=st.sampled_from(["1g.10gb", "2g.10gb"]),
-    start=st.sampled_from([0, 2, 4, 6]), size=st.just(2), gi_id=st.integers(1, 7),
-    ci_id=st.just(0), uuid=st.sampled_from(["MIG-mine", "MIG-other", "MIG-third"]),
-)
-claims = st.builds(
-    claim, st.sampled_from(["creating", "active", "releasing", "removed", "exploded"]),
-    recorded=st.booleans(), age=st.floats(0, 200), kind=st.sampled_from(["partition", "slice"]),
-)
-verdicts = st.sampled_from(["live", "finished", "gone", "unknown", "no-answer"])
 
 
 @given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts,

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from drivers.vendor_rigs import hygon_rig, open_dmi
 
 from partkeeper.drivers.base import InstanceSpec
 from partkeeper_sim.driver import SimDriver, init_state
 from services.reclaimer import leftovers
+from tests_support.vendor_rigs import hygon_rig, open_dmi
 
 
 async def test_a_squatting_directory_is_removed_and_the_create_then_succeeds(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from reclaimer.test_reclaimer_decide import NOW, claim, claims, instances, verdicts
 
 from partkeeper.drivers.base import IdentityRule, Instance, issued_identity, slot_identity
 from schemas import CardClaims, Claim
 from services.reclaimer.decide import PodVerdict, Sighting, Step, decide, needs_sighting, sighting
+from tests_support.reclaimer_decisions import NOW, claim, claims, instances, verdicts
 
 
 @given(c=claims, listing=st.none() | st.lists(instances, max_size=4), pod=verdicts,

@@ -19,25 +19,25 @@ from pathlib import Path
 
 import nats
 import pytest
-from reliability.test_access_control import (
-    NODE,
-    OTHER,
-    OWN_EVENTS,
-    OWN_READS,
-    Session,
-    _all_refused,
-    _foreign_inboxes,
-    _none_refused,
-    _other_reads,
-    _others_events,
-    _topology_changes,
-    _watches,
-)
 
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.permissions import PROVISION, inbox_prefix
 from partkeeper_sim.stack.launch import SERVICES
 from partkeeper_sim.stack.natsserver import NatsServer
+from tests_support.access import (
+    NODE,
+    OTHER,
+    OWN_EVENTS,
+    OWN_READS,
+    Session,
+    all_refused,
+    forbidden_watches,
+    foreign_inboxes,
+    none_refused,
+    other_reads,
+    others_events,
+    topology_changes,
+)
 from tests_support.natsjwt import Operator
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(120)]
@@ -92,18 +92,18 @@ async def test_a_service_role_does_its_work_and_nothing_else(jwt: JwtServer,
     session = await Session().open_with(jwt.server.url,
                                         user_credentials=str(jwt.creds(service)))
     try:
-        await _none_refused(session, OWN_EVENTS[service] + OWN_READS[service],
+        await none_refused(session, OWN_EVENTS[service] + OWN_READS[service],
                             [inbox_prefix(service, NODE) + ".x"])
-        await _all_refused(session, _topology_changes() + _other_reads() + _watches(service)
-                           + _others_events(service), _foreign_inboxes(service))
+        await all_refused(session, topology_changes() + other_reads() + forbidden_watches(service)
+                           + others_events(service), foreign_inboxes(service))
     finally:
         await session.close()
     # The same role tagged with the other node gets that node's subjects instead.
     other = await Session().open_with(jwt.server.url,
                                       user_credentials=str(jwt.creds(service, OTHER)))
     try:
-        await _none_refused(other, [s.replace(NODE, OTHER) for s in OWN_EVENTS[service]],
+        await none_refused(other, [s.replace(NODE, OTHER) for s in OWN_EVENTS[service]],
                             [inbox_prefix(service, OTHER) + ".x"])
-        await _all_refused(other, list(OWN_EVENTS[service]), [])
+        await all_refused(other, list(OWN_EVENTS[service]), [])
     finally:
         await other.close()

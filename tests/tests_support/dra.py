@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, config
 from nats.aio.client import Client
 
 from partkeeper.bus.kv import Bucket
@@ -25,6 +25,9 @@ from partkeeper.dra import DRIVER
 from partkeeper.drivers import Instance
 from partkeeper.kubelet import dra_pb2, dra_pb2_grpc, open_unix_channel
 from partkeeper_sim.driver import SimDriver, init_state
+from partkeeper_sim.kubelet.cluster import ClusterPodSource
+from partkeeper_sim.kubelet.dra import DraKubelet
+from partkeeper_sim.scheduler.loop import DraScheduler
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
 from services.allocator.main import serve
@@ -177,3 +180,36 @@ async def dra_node(nc: Client, node: str, kubeconfig: Path, *,
         await reclaimer.stop()
         api.api_client.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def control_plane(stack: DraNode, kubeconfig: Path, *, wipe_delay: float = 30.0
+                        ) -> AsyncIterator[tuple[client.CoreV1Api, client.ResourceV1Api,
+                                                 DraScheduler, DraKubelet]]:
+    """The simulated scheduler and the simulated kubelet's DRA side over `stack`'s node, with
+    our DeviceClass and a claim template per profile, through the real client."""
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api(api_client)
+    resource = client.ResourceV1Api(api_client)
+    resource.create_device_class({"metadata": {"name": DRIVER}, "spec": {"selectors": [
+        {"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+    for profile in ("7g.80gb", "1g.10gb"):
+        resource.create_namespaced_resource_claim_template(NAMESPACE, {
+            "metadata": {"name": f"mig-{profile.replace('.', '-')}"},
+            "spec": claim_body("x", profile)})
+    scheduler = DraScheduler(api_client, stack.node, interval=0.02)
+    source = ClusterPodSource(core, stack.node)
+    kubelet = DraKubelet(stack.config.kubelet_registry_dir, source, api_client, node=stack.node,
+                         poll=0.02, retry=0.05, wipe_delay=wipe_delay)
+    task = asyncio.create_task(scheduler.run(), name="sim scheduler")
+    try:
+        async with kubelet:
+            yield core, resource, scheduler, kubelet
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        api_client.close()
+
+
+def phase(core: client.CoreV1Api, name: str) -> str:
+    return core.read_namespaced_pod(name, NAMESPACE).status.phase

@@ -12,20 +12,24 @@ A driver added later adds a node to `NODES` and a builder to `BUILDERS`.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 import pytest
 from fakes.nvml import ERROR_UNKNOWN
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import Driver, Instance
 from partkeeper_sim.driver import SimDriver, init_state
+from schemas import Claim, LiveInstance
+from tests_support import make_claim
 from tests_support.clib import FakeLibrary
-
-from .vendor_rigs import hygon_rig, open_dmi, open_hgml, thead_rig
+from tests_support.vendor_rigs import hygon_rig, open_dmi, open_hgml, thead_rig
 
 
 @dataclass(frozen=True)
@@ -312,3 +316,18 @@ BUILDERS: dict[str, Callable[[pytest.FixtureRequest], Harness]] = {
     "sim-ppu": _sim("sim-ppu"), "hgml": _hgml,
     "sim-dcu": _sim("sim-dcu"), "dmi": _dmi,
 }  # fmt: skip
+
+
+def probe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`partkeeper probe` in a process of its own, with `env` over this one's."""
+    return subprocess.run(
+        [sys.executable, "-m", "partkeeper", "probe", *args], env={**os.environ, **env},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def active_claim(inst: Instance, cid: str) -> Claim:
+    """An active claim holding `inst`, as the allocator records it."""
+    claim = make_claim(cid, inst.start, inst.size, card=inst.card, state="active")
+    live = LiveInstance(gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid)
+    return msgspec.structs.replace(claim, profile=inst.profile, instance=live)
