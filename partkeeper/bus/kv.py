@@ -23,7 +23,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
 
-from partkeeper.bus.ordered import OrderedWatch
+from partkeeper.bus.ordered import HEARTBEAT_SECONDS, INACTIVE_SECONDS, OrderedWatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +65,19 @@ async def entries(bucket: Bucket, pattern: str) -> dict[str, KeyValue.Entry]:
 
 async def watch(
     nc: Client, bucket: str, pattern: str, *, meta_only: bool = False, label: str = "pk-watch",
-    **tuning: float,
+    heartbeat: float = HEARTBEAT_SECONDS, inactive: float = INACTIVE_SECONDS,
 ) -> AsyncGenerator[KeyValue.Entry | None, None]:
     """The latest entry of every key matching `pattern`, then every change, in revision order;
     `None` once, when the entries present at the start have all come (see bus/ordered.py).
 
     Deletes and purges come as entries with their operation. `meta_only` leaves the values out.
-    Close it (`contextlib.aclosing`) to drop the subscription; `tuning` is OrderedWatch's
-    `heartbeat` and `inactive`.
+    Close it (`contextlib.aclosing`) to drop the subscription; `heartbeat` and `inactive` are
+    OrderedWatch's.
     """
     prefix = f"$KV.{bucket}."
     async with OrderedWatch(nc, f"KV_{bucket}", f"{prefix}{pattern}",
                             deliver=api.DeliverPolicy.LAST_PER_SUBJECT, headers_only=meta_only,
-                            label=label, **tuning) as ordered:
+                            label=label, heartbeat=heartbeat, inactive=inactive) as ordered:
         async for msg in ordered:
             yield None if msg is None else _entry(bucket, prefix, msg)
 

@@ -36,7 +36,6 @@ longer pending, which can make a full bucket look empty: bus/kv.py.)
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from types import TracebackType
 
@@ -54,6 +53,10 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 5.0
 MISSED_HEARTBEATS = 3  # silence for this many heartbeat intervals means the consumer is gone
 INACTIVE_SECONDS = 30.0  # the server removes a consumer nobody listens to after this long
+# Deliveries a reader may fall behind by: nats-py drops what arrives beyond it (a slow consumer),
+# which the watch sees as a gap in the consumer sequence and resets for, so memory stays bounded
+# and nothing is lost.
+PENDING_MESSAGES = 65_536
 
 _CONTROL = api.StatusCode.CONTROL_MESSAGE  # "100": idle heartbeat or flow-control request
 
@@ -77,6 +80,7 @@ class OrderedWatch:
         label: str = "pk-watch",
         heartbeat: float = HEARTBEAT_SECONDS,
         inactive: float = INACTIVE_SECONDS,
+        pending: int = PENDING_MESSAGES,
     ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
@@ -87,6 +91,7 @@ class OrderedWatch:
         self.label = label
         self.heartbeat = heartbeat
         self.inactive = inactive
+        self.pending = pending
         self.name: str | None = None  # the current consumer
         self.last_stream = 0  # stream sequence of the last message handed out
         self._positioned = False  # a reset resumes after last_stream, not by `deliver` again
@@ -183,26 +188,20 @@ class OrderedWatch:
         await self.stop()
 
     async def _start(self) -> None:
-        """Create the next consumer, retrying with backoff until it exists."""
-        attempt = 0
-        while True:
-            try:
-                await self._create()
-                return
-            except (TimeoutError, nats.errors.Error) as exc:
-                if self.nc.is_closed:  # closed for good (not reconnecting): end the watch
-                    raise
-                attempt += 1
-                wait = backoff.delay(attempt, cap=5.0)
-                log.warning("cannot create a watch of %s on %s (%s); again in %.1fs",
-                            self.filter_subject, self.stream, str(exc) or type(exc).__name__,
-                            wait)
-                await asyncio.sleep(wait)
+        """Create the next consumer, retrying with backoff until it exists; a connection closed
+        for good (not reconnecting) ends the watch."""
+
+        def transient(exc: Exception) -> bool:
+            return isinstance(exc, TimeoutError | nats.errors.Error) and not self.nc.is_closed
+
+        await backoff.retry(f"creating a watch of {self.filter_subject} on {self.stream}",
+                            self._create, transient=transient, schedule=backoff.Schedule(cap=5.0))
 
     async def _create(self) -> None:
         name = f"{self.label}-{self._names.next().decode()}"
         inbox = self.nc.new_inbox()
-        sub = await self.nc.subscribe(inbox)  # listening before the first delivery can come
+        # Listening before the first delivery can come.
+        sub = await self.nc.subscribe(inbox, pending_msgs_limit=self.pending)
         policy, start = self._start_at()
         config = api.ConsumerConfig(
             name=name,

@@ -188,3 +188,33 @@ async def test_a_replay_larger_than_the_flow_control_window_comes_whole(nc: Clie
             await cancel_all([reader.task])
     finally:
         await js.delete_stream(stream)
+
+
+async def test_deliveries_dropped_behind_a_slow_reader_are_a_gap_the_watch_resets_for(
+        nc: Client) -> None:
+    """A reader that falls more than `pending` deliveries behind: nats-py drops the rest (a slow
+    consumer, nats/aio/subscription.py), so the consumer sequence jumps; the watch resets under
+    a new name after the last message it handed out, and the reader still sees each message
+    once, in order."""
+    js = nc.jetstream()
+    stream = f"T_{uuid.uuid4().hex[:8]}"
+    subject = f"{stream.lower()}.a"
+    await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+    watch = OrderedWatch(nc, stream, f"{stream.lower()}.>", pending=8, **FAST)
+    try:
+        assert await anext(watch) is None  # the empty replay is over: the reader now rests
+        first = watch.name
+        sent = await _publish(nc, subject, range(100))
+        # Let the deliveries pile up past the subscription's limit before anything is read.
+        await until(lambda: watch._sub is not None and watch._sub.pending_msgs >= 8,
+                    "deliveries waiting past the limit")
+        got: list[int] = []
+        while len(got) < len(sent):
+            msg = await asyncio.wait_for(anext(watch), 20)
+            if msg is not None:
+                got.append(msg.metadata.sequence.stream)
+        assert got == sent
+        assert watch.resets >= 1 and watch.name != first
+    finally:
+        await watch.stop()
+        await js.delete_stream(stream)
