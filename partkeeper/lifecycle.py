@@ -11,20 +11,29 @@ does, so one `cancel()` can leave a loop running for ever: `cancel_all` cancels 
 tasks are done, and loops call `honour_cancel()` after a NATS call. Service code waits with
 `woken_or_timeout` (built on `asyncio.timeout`, which does not have that race), never
 `asyncio.wait_for`.
+
+A process stops on SIGTERM or SIGINT through `stop_on_signals`. A stop that has not finished
+`SHUTDOWN_REPORT_SECONDS` later prints every thread's stack to stderr (`faulthandler`), so a
+process that hangs on its way out (a thread blocked in a call without a timeout, a task that
+outlives its cancel) says where before the kubelet's SIGKILL, which comes 30 s after SIGTERM by
+default (`terminationGracePeriodSeconds`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import inspect
 import logging
+import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 RECANCEL_SECONDS = 0.5
+SHUTDOWN_REPORT_SECONDS = 20.0
 
 Closer = Callable[[], Awaitable[object] | object]
 
@@ -47,6 +56,22 @@ def honour_cancel() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def stop_on_signals(report_after: float = SHUTDOWN_REPORT_SECONDS) -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT, which also arms the stack report (module docstring).
+    Call it from the running loop, before anything waits on the event."""
+    stop = asyncio.Event()
+
+    def stopping() -> None:
+        if not stop.is_set():
+            faulthandler.dump_traceback_later(report_after, exit=False)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping)
+    return stop
 
 
 async def woken_or_timeout(event: asyncio.Event, seconds: float) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -26,7 +25,7 @@ from partkeeper.drivers import Driver
 from partkeeper.errors import StartupError
 from partkeeper.faults import FaultSpecError
 from partkeeper.health import HEALTH
-from partkeeper.lifecycle import cancel_all, woken_or_timeout
+from partkeeper.lifecycle import cancel_all, stop_on_signals, woken_or_timeout
 from partkeeper.telemetry import logs, metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -65,10 +64,7 @@ def run(name: str, body: ServiceBody) -> int:
 
 
 async def _main(name: str, config: Config, body: ServiceBody) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     nc = await connect_until_ready(config, name, stop)
     if nc is None:
         return

@@ -20,7 +20,6 @@ import ipaddress
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 from dataclasses import dataclass
@@ -258,11 +257,9 @@ def _describe(options: ClusterOptions, url: str, kubelet_socket: Path) -> dict[s
 
 
 async def _main(options: ClusterOptions, notifier: Notifier) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await serve(options, stop, notifier)
+    from partkeeper.lifecycle import stop_on_signals
+
+    await serve(options, stop_on_signals(), notifier)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import selectors
+import signal
+import subprocess
+import sys
 
 import nats.errors
 import pytest
@@ -70,3 +75,41 @@ async def test_lifecycle_says_which_task_ended_by_itself() -> None:
         async with Lifecycle("t") as life:
             life.spawn("quits", ends())
             await life.run()
+
+
+HUNG_AFTER_SIGTERM = """
+import asyncio, threading, time
+from partkeeper.lifecycle import stop_on_signals
+
+def blocked_in_a_call_without_a_timeout() -> None:
+    time.sleep(60)
+
+async def main() -> None:
+    stop = stop_on_signals(report_after=0.5)
+    print("ready", flush=True)
+    await stop.wait()
+    await asyncio.to_thread(blocked_in_a_call_without_a_timeout)
+
+asyncio.run(main())
+"""
+
+
+def test_a_stop_that_hangs_reports_every_threads_stack() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", HUNG_AFTER_SIGTERM], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stderr is not None
+        report = b""
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stderr, selectors.EVENT_READ)
+            while b"blocked_in_a_call_without_a_timeout" not in report:
+                assert selector.select(timeout=30.0), f"no stack report: {report!r}"
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                assert chunk, f"stderr closed without the report: {report!r}"
+                report += chunk
+        assert b"Thread 0x" in report
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)

@@ -58,7 +58,15 @@ def start_cluster(workdir: Path, *extra: str) -> tuple[subprocess.Popen[bytes], 
 
 def stop(proc: subprocess.Popen[bytes]) -> int:
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=STOP_DEADLINE)
+    try:
+        proc.communicate(timeout=STOP_DEADLINE)
+    except subprocess.TimeoutExpired:
+        # Its stderr ends with every thread's stack (lifecycle.stop_on_signals): show it whole.
+        proc.kill()
+        _, err = proc.communicate(timeout=STOP_DEADLINE)
+        tail = err.decode(errors="replace")[-12000:]
+        raise AssertionError(f"the cluster did not stop {STOP_DEADLINE:.0f}s after SIGTERM; "
+                             f"its stderr ends:\n{tail}") from None
     return proc.returncode
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
+
+from partkeeper.lifecycle import stop_on_signals
 
 from .kubeconfig import write_kubeconfig
 from .server import ApiServer
@@ -46,10 +47,7 @@ async def _serve(args: argparse.Namespace) -> None:
         history_limit=args.history_limit,
         partitionable_devices=_partitionable(args.feature_gates),
     )
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+    stopping = stop_on_signals()
     await server.start()
     try:
         if args.kubeconfig:

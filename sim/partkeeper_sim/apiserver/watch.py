@@ -171,8 +171,11 @@ async def _next(
     remaining = deadline - loop.time()
     if remaining <= 0:
         return _BOOKMARK_DUE
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can drop the cancel aiohttp sends
+    # a handler whose client went away, and the handler would then outlive the server's stop.
     try:
-        return await asyncio.wait_for(queue.get(), remaining)
+        async with asyncio.timeout(remaining):
+            return await queue.get()
     except TimeoutError:
         return _BOOKMARK_DUE
 

@@ -6,13 +6,13 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from partkeeper.kubelet import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
+from partkeeper.lifecycle import stop_on_signals
 from partkeeper.telemetry import logs
 from partkeeper_sim.kubelet.cluster import ClusterPodSource
 from partkeeper_sim.kubelet.kubelet import SimKubelet
@@ -62,10 +62,7 @@ async def run(args: argparse.Namespace) -> None:
         pod_resources_socket=args.pod_resources_socket,
         termination_delay=args.termination_delay,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_on_signals()
     async with kubelet:
         log.info("simulated kubelet for node %s serving %s", args.node, kubelet.kubelet_socket)
         await stop.wait()

@@ -32,6 +32,10 @@ from partkeeper_sim.kubelet.pods import PodEvent, PodSpecError, PodView, pod_fro
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+# (connect, read) of every request but the watch, which `ListWatch` bounds itself. Without it a
+# cancelled call's worker thread can block for ever on a server that stopped answering, and
+# interpreter exit waits for that thread.
+REQUEST_TIMEOUT = (10.0, 30.0)
 
 
 def relist_events(known: dict[str, PodView], listed: Iterable[PodView]) -> list[PodEvent]:
@@ -116,6 +120,7 @@ class ClusterPodSource:
         resp = await asyncio.to_thread(
             self._api.list_pod_for_all_namespaces,
             field_selector=self._selector(), _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
         )
         body = json.loads(resp.data)
         views = [v for v in (_decode(item) for item in body.get("items") or []) if v]
@@ -169,7 +174,7 @@ class ClusterPodSource:
 
     async def _tolerating_gone(self, call: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            await asyncio.to_thread(call, *args, **kwargs)
+            await asyncio.to_thread(call, *args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
         except ApiException as exc:
             # 404: already gone; 409: the name now belongs to another Pod (UID precondition).
             if exc.status not in (404, 409):

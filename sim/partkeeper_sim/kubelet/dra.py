@@ -21,7 +21,6 @@ Kept apart from the device-plugin kubelet (`kubelet.py`); the two share only the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from partkeeper.kubelet import dra_pb2, dra_pb2_grpc, open_unix_channel
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper_sim.kubelet.draclaims import ClaimInfo, container_devices
 from partkeeper_sim.kubelet.draplugins import WIPE_DELAY, DraPlugins
 from partkeeper_sim.kubelet.pods import PodEvent, PodView
@@ -114,8 +114,7 @@ class DraKubelet:
                     worker.running = True
                     await self.source.set_phase(pod.uid, "Running", "", "")
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(worker.stop.wait(), self.retry)
+                await woken_or_timeout(worker.stop, self.retry)
             await worker.stop.wait()
             if self.termination_delay:
                 await asyncio.sleep(self.termination_delay)

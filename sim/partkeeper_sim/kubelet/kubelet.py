@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from partkeeper.kubelet import deviceplugin_pb2
+from partkeeper.lifecycle import cancel_all
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper_sim.kubelet.admission import (
@@ -118,9 +119,7 @@ class SimKubelet:
         if self._sync_task is not None:
             tasks.append(self._sync_task)
             self._sync_task = None
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         await self._status.stop()
         await self._plugins.stop()
         if self._podres is not None:

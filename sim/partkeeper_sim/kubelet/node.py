@@ -31,7 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from partkeeper import backoff
-from partkeeper_sim.kubelet.cluster import MERGE_PATCH
+from partkeeper.lifecycle import cancel_all
+from partkeeper_sim.kubelet.cluster import MERGE_PATCH, REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ class NodeStatus:
 
     async def register(self) -> None:
         try:
-            await asyncio.to_thread(self.api.create_node, node_object(self.name))
+            await asyncio.to_thread(self.api.create_node, node_object(self.name),
+                                    _request_timeout=REQUEST_TIMEOUT)
             log.info("registered Node %s", self.name)
         except ApiException as exc:
             if exc.status != 409:
@@ -139,14 +141,14 @@ class NodeStatus:
             # Already there: take it over, as kubelet's tryRegisterWithAPIServer does.
             labels = {"metadata": {"labels": node_object(self.name)["metadata"]["labels"]}}
             await asyncio.to_thread(self.api.patch_node, self.name, labels,
-                                    _content_type=MERGE_PATCH)
+                                    _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
             log.info("took over the existing Node %s", self.name)
 
     async def write(self, capacity: dict[str, str], allocatable: dict[str, str],
                     since: str) -> None:
         body = status_patch(self.name, capacity, allocatable, since)
         await asyncio.to_thread(self.api.patch_node_status, self.name, body,
-                                _content_type=MERGE_PATCH)
+                                _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT)
         self.written = dict(capacity)
         self.writes += 1
 
@@ -187,6 +189,5 @@ async def node_status(name: str, kubeconfig: Path | str, kubelet: Devices,
     try:
         yield status
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_all([task])
         api.api_client.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from partkeeper.lifecycle import cancel_all
 from partkeeper_sim.kubelet.records import PodRecord
 from partkeeper_sim.kubelet.source import PodSource
 
@@ -42,10 +43,7 @@ class StatusManager:
             await asyncio.gather(asyncio.shield(rec.status_write), return_exceptions=True)
 
     async def stop(self) -> None:
-        writes = list(self._writes)
-        for task in writes:
-            task.cancel()
-        await asyncio.gather(*writes, return_exceptions=True)
+        await cancel_all(list(self._writes))
 
     async def _lagged(self, before: asyncio.Task[None] | None, rec: PodRecord, phase: str,
                       reason: str, message: str) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper_sim.scheduler import allocate, cel, claims
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,7 @@ class DraScheduler:
             except (ApiException, OSError, ValueError) as exc:
                 log.warning("scheduler pass failed (%s); again next pass", exc)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            await woken_or_timeout(self._wake, self.interval)
 
     def _list(self, method: Any, **kwargs: Any) -> list[dict[str, Any]]:
         return _items(json.loads(method(_preload_content=False, **kwargs).data))
