@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-calls", type=int, default=floor.DEFAULT_CALLS,
                         help="calls per floor round trip")
     parser.add_argument("--dir", default="/tmp", help="where the sim state and PK_PODS_DIR live "
-                        "(their writes are fsynced; a tmpfs such as /dev/shm leaves the disk out)")
+                        "(a tmpfs such as /dev/shm leaves the disk out)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     done = asyncio.run(run(args.calls, args.warmup, args.dir, args.floor_calls))
