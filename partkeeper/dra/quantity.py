@@ -13,6 +13,7 @@ reads, and are refused with a `ValueError` naming the text.
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -21,8 +22,14 @@ _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
-def _split(text: object) -> tuple[Fraction, str]:
-    match = _TEXT.match(str(text).strip())
+# A slice repeats the same few spellings (every partition's memory, every card's counters) and
+# each pass compares or canonicalises all of them: the exact arithmetic is done once per text.
+_CACHED = 4096
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _split_text(text: str) -> tuple[Fraction, str]:
+    match = _TEXT.match(text)
     if match is None:
         raise ValueError(f"quantity {text!r} is not a number with an optional SI or binary "
                          "suffix")
@@ -32,7 +39,12 @@ def _split(text: object) -> tuple[Fraction, str]:
 
 def parse(text: object) -> Fraction:
     """The exact value of a quantity. Raises ValueError."""
-    number, suffix = _split(text)
+    return _parse_text(str(text).strip())
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _parse_text(text: str) -> Fraction:
+    number, suffix = _split_text(text)
     if suffix in _BINARY:
         return number * 1024 ** _BINARY[suffix]
     return number * Fraction(10) ** _DECIMAL[suffix]
@@ -40,8 +52,13 @@ def parse(text: object) -> Fraction:
 
 def canonical(text: object) -> str:
     """The spelling the API server answers with for `text`. Raises ValueError."""
-    value = parse(text)
-    _, suffix = _split(text)
+    return _canonical_text(str(text).strip())
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _canonical_text(text: str) -> str:
+    value = _parse_text(text)
+    _, suffix = _split_text(text)
     if suffix in _BINARY and abs(value) >= 1024 and value.denominator == 1:
         power = 0
         while power < 6 and value.numerator % 1024 ** (power + 1) == 0:

@@ -7,8 +7,9 @@ both, so a test need not know which API the code under test used.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from .clone import clone
 
 EVENTS_API = "events.k8s.io/v1"
 
@@ -39,10 +40,10 @@ def to_core(event: dict[str, Any]) -> dict[str, Any]:
     core: dict[str, Any] = {"kind": "Event", "apiVersion": "v1"}
     for field in _SHARED:
         if field in event:
-            core[field] = copy.deepcopy(event[field])
+            core[field] = clone(event[field])
     for new, old in _RENAMED.items():
         if field_value := event.get(new):
-            core[old] = copy.deepcopy(field_value)
+            core[old] = clone(field_value)
     return core
 
 
@@ -51,10 +52,10 @@ def from_core(core: dict[str, Any]) -> dict[str, Any]:
     event: dict[str, Any] = {"kind": "Event", "apiVersion": EVENTS_API}
     for field in _SHARED:
         if field in core:
-            event[field] = copy.deepcopy(core[field])
+            event[field] = clone(core[field])
     for new, old in _RENAMED.items():
         if old in core:
-            event[new] = copy.deepcopy(core[old])
+            event[new] = clone(core[old])
     source = found if isinstance(found := core.get("source"), dict) else {}
     event.setdefault("reportingController", source.get("component", ""))
     event.setdefault("reportingInstance", source.get("host", ""))

@@ -6,7 +6,6 @@ rules a reader looks for ("can a status patch change the spec?") are in one plac
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import resource
+from .clone import clone
 from .errors import Invalid
 
 # Metadata the server owns: no create body or update may set these.
@@ -131,7 +131,7 @@ KINDS: dict[str, Kind] = {
 
 def new_object(kind: Kind, body: dict[str, Any], namespace: str, now: datetime) -> dict[str, Any]:
     """The object a create stores: body, server-owned metadata and the kind's defaults."""
-    obj = copy.deepcopy(body)
+    obj = clone(body)
     obj["kind"], obj["apiVersion"] = kind.kind, kind.api_version
     metadata = obj.setdefault("metadata", {})
     if not isinstance(metadata, dict):
@@ -165,18 +165,18 @@ def updated_object(
     """
     new_meta = metadata_of(proposed)
     if subresource == "status":
-        result = copy.deepcopy(current)
-        result["status"] = copy.deepcopy(proposed.get("status", {}))
+        result = clone(current)
+        result["status"] = clone(proposed.get("status", {}))
         for key in ("labels", "annotations"):
             _take(result["metadata"], new_meta, key)
         return result
     if kind.has_status:
-        result = copy.deepcopy(current)
+        result = clone(current)
         result["spec"] = _checked_spec(kind, current, proposed)
     else:
         # Kinds without a status subresource (Events) take the whole body.
-        result = {k: copy.deepcopy(v) for k, v in proposed.items() if k != "metadata"}
-        result["metadata"] = copy.deepcopy(current["metadata"])
+        result = {k: clone(v) for k, v in proposed.items() if k != "metadata"}
+        result["metadata"] = clone(current["metadata"])
         result["kind"], result["apiVersion"] = kind.kind, kind.api_version
     for key in ("labels", "annotations", "finalizers", "ownerReferences"):
         _take(result["metadata"], new_meta, key)
@@ -184,7 +184,7 @@ def updated_object(
 
 
 def _checked_spec(kind: Kind, current: dict[str, Any], proposed: dict[str, Any]) -> Any:
-    spec = copy.deepcopy(proposed.get("spec", {}))
+    spec = clone(proposed.get("spec", {}))
     if kind.resource == "pods" and spec != current.get("spec"):
         # The real server allows a few spec changes (images, tolerations); nothing here needs
         # them, and refusing all keeps a Pod's identity fixed once created.
@@ -197,7 +197,7 @@ def _checked_spec(kind: Kind, current: dict[str, Any], proposed: dict[str, Any])
 
 def _take(target: dict[str, Any], source: dict[str, Any], key: str) -> None:
     if key in source and source[key] is not None:
-        target[key] = copy.deepcopy(source[key])
+        target[key] = clone(source[key])
     else:
         target.pop(key, None)
 
@@ -217,7 +217,7 @@ def grace_seconds(pod: dict[str, Any], requested: int | None) -> int:
 
 
 def mark_terminating(pod: dict[str, Any], grace: int, now: datetime) -> dict[str, Any]:
-    terminating = copy.deepcopy(pod)
+    terminating = clone(pod)
     terminating["metadata"]["deletionTimestamp"] = timestamp(now + timedelta(seconds=grace))
     terminating["metadata"]["deletionGracePeriodSeconds"] = grace
     return terminating

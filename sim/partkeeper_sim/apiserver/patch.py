@@ -7,9 +7,9 @@ which is documented in docs/sim-apiserver.md; callers that need list merging sen
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from .clone import clone
 from .errors import BadRequest, Invalid, UnsupportedMediaType
 
 MERGE_TYPES = frozenset({"application/merge-patch+json", "application/strategic-merge-patch+json"})
@@ -33,8 +33,8 @@ def apply(content_type: str, original: dict[str, Any], patch: Any) -> dict[str, 
 def merge(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge key by key, null removes a key, anything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -45,7 +45,7 @@ def merge(target: Any, patch: Any) -> Any:
 
 def json_patch(original: dict[str, Any], operations: list[Any]) -> dict[str, Any]:
     """RFC 6902 operations: add, remove, replace, move, copy, test."""
-    document: Any = copy.deepcopy(original)
+    document: Any = clone(original)
     for operation in operations:
         if not isinstance(operation, dict) or "op" not in operation or "path" not in operation:
             raise BadRequest(f"invalid JSON patch operation: {operation!r}")
@@ -58,10 +58,10 @@ def _apply_operation(document: Any, operation: dict[str, Any]) -> Any:
     if op in ("add", "replace", "test") and "value" not in operation:
         raise BadRequest(f"JSON patch operation {op} needs a value")
     if op == "add":
-        return _put(document, path, copy.deepcopy(operation["value"]), insert=True)
+        return _put(document, path, clone(operation["value"]), insert=True)
     if op == "replace":
         _get(document, path)
-        return _put(document, path, copy.deepcopy(operation["value"]), insert=False)
+        return _put(document, path, clone(operation["value"]), insert=False)
     if op == "remove":
         return _remove(document, path)
     if op == "test":
@@ -70,7 +70,7 @@ def _apply_operation(document: Any, operation: dict[str, Any]) -> Any:
         return document
     if op in ("move", "copy"):
         source = _pointer(operation.get("from", ""))
-        value = copy.deepcopy(_get(document, source))
+        value = clone(_get(document, source))
         if op == "move":
             document = _remove(document, source)
         return _put(document, path, value, insert=True)

@@ -11,7 +11,6 @@ Every change goes through `_commit`, the one writer: it assigns the next resourc
 from __future__ import annotations
 
 import builtins
-import copy
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import kinds, patch, resourceslice
+from .clone import clone
 from .errors import AlreadyExists, BadRequest, Conflict, Expired, Invalid, not_found
 from .selectors import Selector
 
@@ -66,7 +66,7 @@ def _matches(selector: Selector, obj: Any) -> bool:
 def _with_rv(obj: Any, rv: int) -> Any:
     if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
         return obj
-    copied = copy.deepcopy(obj)
+    copied = clone(obj)
     copied["metadata"]["resourceVersion"] = str(rv)
     return copied
 
@@ -122,13 +122,13 @@ class Store:
         obj = self._objects[resource].get(self._key(resource, namespace, name))
         if obj is None:
             raise not_found(resource, name)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def list(
         self, resource: str, namespace: str | None, selector: Selector
     ) -> tuple[builtins.list[Any], str]:
         """Matching objects ordered by (namespace, name), and the collection's resourceVersion."""
-        return copy.deepcopy(self.snapshot(resource, namespace, selector)), str(self._rv)
+        return clone(self.snapshot(resource, namespace, selector)), str(self._rv)
 
     def snapshot(
         self, resource: str, namespace: str | None, selector: Selector
@@ -159,7 +159,7 @@ class Store:
                 f'{resource} "{key[1]}" already exists',
                 details={"name": key[1], "kind": resource},
             )
-        return copy.deepcopy(self._commit(resource, key, ADDED, obj).obj)
+        return clone(self._commit(resource, key, ADDED, obj).obj)
 
     def replace(
         self,
@@ -200,7 +200,7 @@ class Store:
             raise not_found(resource, name)
         if not kinds.well_formed(current):
             raise Invalid(f'{resource} "{name}" is stored malformed; only inject() may change it')
-        proposed = propose(copy.deepcopy(current))
+        proposed = propose(clone(current))
         if not isinstance(proposed, dict):
             raise BadRequest("the object must be a JSON object")
         self._check_version(resource, current, proposed)
@@ -208,8 +208,8 @@ class Store:
         self._admit(resource, updated, current)
         if updated == current:
             # A no-op update writes nothing, as on the real server: no new version, no event.
-            return copy.deepcopy(current)
-        return copy.deepcopy(self._commit(resource, key, MODIFIED, updated).obj)
+            return clone(current)
+        return clone(self._commit(resource, key, MODIFIED, updated).obj)
 
     def _admit(self, resource: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if resource == "resourceslices":
@@ -229,7 +229,7 @@ class Store:
             raise Conflict(
                 f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} {reason}'
             )
-        updated = copy.deepcopy(pod)
+        updated = clone(pod)
         updated["spec"]["nodeName"] = node_name
         status = updated.setdefault("status", {})
         status["conditions"] = [
@@ -240,7 +240,7 @@ class Store:
                 "lastTransitionTime": kinds.timestamp(self.clock()),
             },
         ]
-        return copy.deepcopy(self._commit("pods", key, MODIFIED, updated).obj)
+        return clone(self._commit("pods", key, MODIFIED, updated).obj)
 
     @staticmethod
     def _check_version(resource: str, current: dict[str, Any], proposed: dict[str, Any]) -> None:
@@ -264,11 +264,11 @@ class Store:
             raise not_found(resource, name)
         _check_preconditions(resource, current, options.get("preconditions"))
         if resource != "pods" or not kinds.well_formed(current):
-            return copy.deepcopy(self._commit(resource, key, DELETED, None).obj)
+            return clone(self._commit(resource, key, DELETED, None).obj)
         requested = options.get("gracePeriodSeconds")
         if requested is not None and not isinstance(requested, int):
             raise BadRequest("gracePeriodSeconds must be an integer")
-        return copy.deepcopy(self._delete_pod(key, current, requested))
+        return clone(self._delete_pod(key, current, requested))
 
     def _delete_pod(self, key: Key, pod: dict[str, Any], requested: int | None) -> dict[str, Any]:
         grace = kinds.grace_seconds(pod, requested)
@@ -305,7 +305,7 @@ class Store:
         """
         if event_type not in (ADDED, MODIFIED, DELETED):
             raise ValueError(f"unknown event type {event_type!r}")
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         key = key or self._raw_key(obj)
         if event_type == DELETED:
             if key not in self._objects[resource]:
