@@ -12,6 +12,10 @@ The caller decides how long to back off before iterating again. The resume point
 event only once the caller has taken it (asked for the next item), so an event whose handling
 failed is read again.
 
+`follow` is the loop every long-lived reader runs over `items()`: an expired watch lists again at
+once, as the client-go reflector does; a failed one (the API server unreachable, a watch that ends
+at once) lists again after a backoff.
+
 The `kubernetes` client is blocking: the LIST runs in a worker thread (the caller's
 `list_call`), and each watch request in its own thread that hands every event to the event loop
 (`call_soon_threadsafe`), in order. Leaving the iteration, or cancelling it, stops the request
@@ -24,15 +28,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableSet
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from partkeeper import backoff
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 GONE = 410
@@ -219,3 +229,33 @@ class ListWatch(Generic[T]):
                               item.error) from item.error
         if not delivered and loop.time() - started < request.timeout_seconds / 2:
             raise EndedAtOnce(f"the watch from resourceVersion {version} ended at once")
+
+
+async def follow(
+    what: str,
+    listwatch: ListWatch[T],
+    take: Callable[[Listed[T] | Event], None],
+    *,
+    lost: Callable[[], None] = lambda: None,
+    doing: str = "listing again",
+    failing: tuple[type[BaseException], ...] = (),
+) -> NoReturn:
+    """Hand every LIST and watch event of `listwatch` to `take`, until cancelled (module
+    docstring). `lost` hears of every expiry and failure, so a reader that lets others wait on
+    its events knows it no longer may; `failing` adds the errors the caller's own `list_call`
+    raises to the API server's and the connection's."""
+    failures = backoff.Failures(what, backoff.Schedule(cap=10.0))
+    transient = (EndedAtOnce, WatchFailed, ApiException, HTTPError, OSError, *failing)
+    while True:
+        try:
+            async with contextlib.aclosing(listwatch.items()) as items:
+                async for item in items:
+                    take(item)
+                    failures.succeeded()
+        except Expired:
+            lost()
+            log.info("%s: the watch expired; listing again", what)
+        except transient as exc:
+            lost()
+            listwatch.resume_from = None
+            await asyncio.sleep(failures.failed(exc, doing))

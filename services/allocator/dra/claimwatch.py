@@ -19,9 +19,8 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-from partkeeper.listwatch import Listed, ListWatch
-from services.allocator.dra.follow import Item, follow
-from services.allocator.dra.kube import ResourceApi
+from partkeeper.listwatch import Listed, ListWatch, follow
+from services.allocator.dra.kube import Item, KubeError, ResourceApi
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +51,7 @@ class ClaimWatch:
 
     async def run(self) -> None:
         await follow("watching the ResourceClaims", self._listwatch, self._take, lost=self._lost,
+                     failing=(KubeError,),
                      doing="claim lifetimes polled meanwhile; listing again")
 
     def _lost(self) -> None:

@@ -18,8 +18,12 @@ from kubernetes.client.exceptions import ApiException
 from partkeeper import kubeapi
 from partkeeper.config import Config
 from partkeeper.dra import DRIVER
+from partkeeper.listwatch import Event, Listed
 
 TIMEOUT = (3.0, 15.0)
+
+# What the allocator's list-watches (slices, claims) hand their readers: plain JSON objects.
+Item = Listed[list[dict[str, Any]]] | Event
 
 
 class KubeError(Exception):

@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from partkeeper.dra import slices
-from partkeeper.listwatch import Listed, ListWatch
-from services.allocator.dra.follow import Item, follow
-from services.allocator.dra.kube import ResourceApi
+from partkeeper.listwatch import Listed, ListWatch, follow
+from services.allocator.dra.kube import Item, KubeError, ResourceApi
 from services.allocator.dra.publish import SlicePublisher
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,8 @@ class SliceWatch:
         self._listwatch.stop()
 
     async def run(self) -> None:
-        await follow("watching the node's ResourceSlices", self._listwatch, self._take)
+        await follow("watching the node's ResourceSlices", self._listwatch, self._take,
+                     failing=(KubeError,))
 
     def _take(self, item: Item) -> None:
         if isinstance(item, Listed):

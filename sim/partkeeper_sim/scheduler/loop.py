@@ -54,11 +54,11 @@ class DraScheduler:
 
     async def run(self) -> None:
         while True:
+            self._wake.clear()  # before the pass: a wake() during it runs the next one
             try:
                 await asyncio.to_thread(self.once)
             except (ApiException, OSError, ValueError) as exc:
                 log.warning("scheduler pass failed (%s); again next pass", exc)
-            self._wake.clear()
             await woken_or_timeout(self._wake, self.interval)
 
     def _list(self, method: Any, **kwargs: Any) -> list[dict[str, Any]]:
