@@ -19,6 +19,7 @@ from typing import TypeVar
 from partkeeper import backoff
 from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import WatcherClient
+from partkeeper.lifecycle import cancel_all
 from partkeeper.podstate import being_admitted
 from schemas import PodRecord, PodsGetReply
 from schemas.pods import InvalidPodUID, validate_pod_uid
@@ -147,13 +148,18 @@ async def _look(
     ctx: Context, resource: str, quantity: int, claimed: Set[tuple[str, str]], *, fresh: bool,
     until: float,
 ) -> tuple[list[Target], str]:
-    """One look: the candidates that survive narrowing and confirmation, and what was seen."""
+    """One look: the candidates that survive narrowing and confirmation, and what was seen.
+    The watcher's list and kubelet's view are independent reads, made side by side."""
+    viewing = asyncio.create_task(ctx.podres.view(), name="pod-resources view")
     try:
         reply = await patience.answered(until, "pods.pending", lambda: _watcher(ctx).pending(
             resource, quantity, fresh=fresh))
-    except Unanswered as exc:
-        return [], f"the watcher's pods.pending failed: {exc}"
-    kubelet = await ctx.podres.view()
+    except BaseException as exc:
+        await cancel_all([viewing])
+        if isinstance(exc, Unanswered):
+            return [], f"the watcher's pods.pending failed: {exc}"
+        raise
+    kubelet = await viewing
     found = survivors(reply.pods, resource, quantity, claimed, kubelet)
     if len(found) > 1:
         found = await confirm(ctx, found)
