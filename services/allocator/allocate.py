@@ -2,9 +2,8 @@
 
     retried?  -> the same partition(s), completing `creating` claims left by a crash (and writing
                  the ones a crash kept it from writing)
-    otherwise -> find the Pod and container (the cards enumerated meanwhile) -> plan (making room
-                 if needed) -> write the claims as `creating` -> create -> `active` ->
-                 descriptors and container edits, side by side -> reply
+    otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as
+                 `creating` -> create -> `active` -> descriptors -> reply
 
 A retry is recognised only for the Pod it belongs to (`reuse.judge`); device IDs kubelet handed
 on from a stopped Pod start a new allocation for the Pod kubelet is admitting. One claim's
@@ -21,14 +20,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from opentelemetry import trace
 
 from partkeeper import faults
-from partkeeper.drivers import Instance
 from partkeeper.kubelet import deviceplugin_pb2 as pb
-from partkeeper.lifecycle import cancel_all, woken_or_timeout
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
@@ -52,14 +49,7 @@ from services.allocator.context import Context
 from services.allocator.placement import Spot, place
 from services.allocator.podmatch import Target
 from services.allocator.refusal import Refusal, Result
-from services.allocator.snapshot import (
-    ClaimsRead,
-    Snapshot,
-    SnapshotError,
-    read,
-    read_claims,
-    read_instances,
-)
+from services.allocator.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -149,14 +139,7 @@ class Allocator:
                     handed_on = group[0] if holder is reuse.Holder.HANDED_ON else None
                     group = []
             if not group:
-                # The cards are enumerated while the Pod is looked up: the two are independent,
-                # and the first plan takes both reads (docs/allocator.md, "Reads taken ahead").
-                enumerating = asyncio.create_task(read_instances(self.ctx), name="enumerate")
-                try:
-                    target = self._serve(offer, await self._find(offer, len(ids), claims))
-                except BaseException:
-                    await cancel_all([enumerating])
-                    raise
+                target = self._serve(offer, await self._find(offer, len(ids), claims))
         if group:
             first = group[0]
             _tag(trace.get_current_span(), first.pod_uid, first.namespace, first.name,
@@ -167,22 +150,21 @@ class Allocator:
                 exc.about(group[0].pod_uid, group[0].namespace, group[0].name)
                 raise
         try:
-            return await self._serve_target(offer, target, ids, Ahead(known, enumerating)), "ok"
+            return await self._serve_target(offer, target, ids, known), "ok"
         except Refusal as exc:
             if handed_on is not None and exc.result is Result.FULL:
                 exc = Refusal(Result.FULL, reuse.handed_on(handed_on, target, ids) + exc.message)
             raise exc.about(target.uid, target.namespace, target.name) from exc.__cause__
         finally:
             self._serving.discard((target.uid, target.container, offer.resource))
-            await _settle(enumerating)
 
     async def _serve_target(
-        self, offer: Offer, target: Target, ids: list[str], ahead: Ahead
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead
     ) -> pb.ContainerAllocateResponse:
         """Plan, claim, create and activate for `target`; plan again when the driver finds the
-        planned placement taken. The first plan uses the reads taken while finding the Pod."""
+        planned placement taken. The first plan uses the claims read to find the Pod."""
         for attempt in range(1, PLAN_ATTEMPTS + 1):
-            written = await self.reserve(offer, target, ids, ahead if attempt == 1 else None)
+            written = await self.reserve(offer, target, ids, known if attempt == 1 else None)
             await faults.reach("allocator.after_claim")
             try:
                 active = await self._realise(offer, written, resume=False)
@@ -232,22 +214,18 @@ class Allocator:
              target.container)
         return target
 
-    async def _snapshot(self, ahead: Ahead | None = None) -> Snapshot:
-        async def fresh() -> Snapshot:
-            if ahead is None:
-                return await read(self.ctx)
-            return await read(self.ctx, ahead.claims, await ahead.instances)
-
+    async def _snapshot(self, known: ClaimsRead | None = None) -> Snapshot:
         try:
-            return await patience.waiting(self.ctx, "reading the claims", fresh)
+            return await patience.waiting(self.ctx, "reading the claims",
+                                          lambda: read(self.ctx, known))
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
     async def reserve(
-        self, offer: Offer, target: Target, ids: list[str], ahead: Ahead | None = None
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead | None = None
     ) -> list[Claim]:
         """Write `creating` claims for `ids`, making room or waiting for it up to the deadline.
-        `ahead`: the reads to plan the first attempt on (saves a round trip and a thread hop)."""
+        `known`: a claims read to plan the first attempt on (saves a round trip)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self.ctx.options.room_wait_seconds
@@ -256,8 +234,8 @@ class Allocator:
             change = self.ctx.changes.next_change()
             async with self.ctx.placing:
                 with _tracer.start_as_current_span("snapshot"):  # the cards' instances, a hop
-                    snap = await self._snapshot(ahead)
-                ahead = None  # every later attempt reads afresh
+                    snap = await self._snapshot(known)
+                known = None  # every later attempt reads afresh
                 writes.track(snap.docs, snap.revisions)  # the claim writes go against it
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids))
@@ -369,16 +347,9 @@ class Allocator:
         if offer.kind == "slice":
             response = await handoff.slice_reply(self.ctx, claims)
         else:
-            # The descriptors and the container edits are independent (a file each in its own
-            # directory, and a driver call): both are made side by side, and both must be done
-            # before the reply, a failure of either refusing it (the claims stay active).
-            writing = asyncio.create_task(self._write_descriptors(claims), name="descriptors")
-            try:
-                with _tracer.start_as_current_span("container edits"):
-                    edits, cdi_names = await handoff.prepare(self.ctx, claims)
-            finally:
-                await _settle(writing)
-            await writing
+            await self._write_descriptors(claims)
+            with _tracer.start_as_current_span("container edits"):
+                edits, cdi_names = await handoff.prepare(self.ctx, claims)
             response = reply.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response
@@ -398,25 +369,6 @@ class Allocator:
                 raise Refusal(Result.UNAVAILABLE, f"partition {uuid} of Pod {claim.namespace}/"
                               f"{claim.name} ({claim.pod_uid}) is made (claim {claim.id}, active) "
                               f"but its descriptor could not be written: {exc}") from exc
-
-
-@dataclass(frozen=True, slots=True)
-class Ahead:
-    """Reads taken before the plan, while the Pod was looked up: the claims read and the cards'
-    enumeration (a task; a failure of it is the plan's, a SnapshotError)."""
-
-    claims: ClaimsRead
-    instances: asyncio.Task[dict[int, tuple[Instance, ...]]]
-
-
-async def _settle(task: asyncio.Task[object]) -> None:
-    """Wait for `task` to end, without raising what it raised: the caller has a result or an
-    error of its own, and awaits `task` itself where the task's error counts. Not cancelled: a
-    driver call or a file write in a thread runs to its end anyway."""
-    if not task.done():
-        await asyncio.wait([task])
-    if not task.cancelled():
-        task.exception()  # retrieved: a failure here is the caller's to report, or not
 
 
 def _tag(span: trace.Span, uid: str, namespace: str, name: str, container: str) -> None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from partkeeper.claims import StoreReadError
 from partkeeper.claims.inventory import Inventory, classify
 from partkeeper.drivers import Card, DriverError, IdentityRule, Instance
-from partkeeper.lifecycle import cancel_all
 from schemas import CardClaims, Claim
 from services.allocator.context import Context
 
@@ -81,28 +80,11 @@ async def read_claims(ctx: Context) -> tuple[dict[int, CardClaims], dict[int, in
 ClaimsRead = tuple[dict[int, CardClaims], dict[int, int]]
 
 
-def _given(claims: ClaimsRead | None) -> ClaimsRead:
-    if claims is None:
-        raise AssertionError("read: the claims were neither given nor read")
-    return claims
-
-
-async def read(ctx: Context, claims: ClaimsRead | None = None,
-               instances: Mapping[int, tuple[Instance, ...]] | None = None) -> Snapshot:
-    """A fresh snapshot; `claims` and `instances`, when given, are reads just made, taken instead
-    of reading again (docs/allocator.md, "Reads taken ahead": a plan on them is checked by the
-    compare-and-set of the claim write and by the driver's refusal of a taken placement).
-    What is read is read concurrently: the claims are a bus round trip, the instances a driver
-    call in a thread."""
-    reading = asyncio.create_task(read_claims(ctx)) if claims is None else None
-    try:
-        if instances is None:
-            instances = await read_instances(ctx)
-        docs, revisions = await reading if reading is not None else _given(claims)
-    except BaseException:
-        if reading is not None:
-            await cancel_all([reading])
-        raise
+async def read(ctx: Context, claims: ClaimsRead | None = None) -> Snapshot:
+    """A fresh snapshot; `claims`, when given, is a read of the claims just made, taken instead
+    of reading them again (a plan on it is checked by the compare-and-set of the claim write)."""
+    docs, revisions = claims if claims is not None else await read_claims(ctx)
+    instances = await read_instances(ctx)
     uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
     return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances,
