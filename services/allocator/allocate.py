@@ -347,14 +347,17 @@ class Allocator:
         if offer.kind == "slice":
             response = await handoff.slice_reply(self.ctx, claims)
         else:
-            await self._write_descriptors(claims)
+            # The descriptors are written in the thread hop of the container edits: one hop
+            # instead of two on every Allocate, the descriptors still first.
             with _tracer.start_as_current_span("container edits"):
-                edits, cdi_names = await handoff.prepare(self.ctx, claims)
+                edits, cdi_names = await handoff.prepare(
+                    self.ctx, claims, first=lambda: self._write_descriptors(claims))
             response = reply.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response
 
-    async def _write_descriptors(self, claims: list[Claim]) -> None:
+    def _write_descriptors(self, claims: list[Claim]) -> None:
+        """Blocking: runs in the container edits' thread (`handoff.prepare`)."""
         for claim in claims:
             body = encode(reply.descriptor(claim, self.ctx.card(claim.card)))
             uuid = claim.instance.uuid if claim.instance else ""
@@ -363,8 +366,8 @@ class Allocator:
                     "descriptor", attributes={**writes.span_attributes(claim),
                                               "pk.instance_uuid": uuid}
                 ):
-                    await asyncio.to_thread(write_descriptor, self.ctx.config.pods_dir,
-                                            claim.pod_uid, claim.container, uuid, body)
+                    write_descriptor(self.ctx.config.pods_dir, claim.pod_uid, claim.container,
+                                     uuid, body)
             except WorkdirError as exc:
                 raise Refusal(Result.UNAVAILABLE, f"partition {uuid} of Pod {claim.namespace}/"
                               f"{claim.name} ({claim.pod_uid}) is made (claim {claim.id}, active) "

@@ -18,7 +18,7 @@ claim id, carrying the same edits (the reclaimer removes it with that claim).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from partkeeper import cdi
 from partkeeper.drivers.base import ContainerEdits, DriverError
@@ -38,10 +38,19 @@ def _refusal(claims: Sequence[Claim], what: str, done: str, exc: DriverError) ->
                    f"{exc}; kubelet may retry")
 
 
-async def _edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
-    """The driver's container edits for `claims`; a refusal is a sentence."""
+async def _edits(ctx: Context, claims: Sequence[Claim],
+                 first: Callable[[], None] | None = None) -> ContainerEdits:
+    """The driver's container edits for `claims`, after `first` (blocking work of the caller's
+    that shares the thread hop); a refusal is a sentence."""
+    instances = reply.instances_of(claims)
+
+    def edits() -> ContainerEdits:
+        if first is not None:
+            first()
+        return ctx.driver.container_edits(instances)
+
     try:
-        return await ctx.hardware(ctx.driver.container_edits, reply.instances_of(claims))
+        return await ctx.hardware(edits)
     except DriverError as exc:
         raise _refusal(claims, "partition(s)", "made", exc) from exc
 
@@ -56,9 +65,12 @@ async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
         raise _refusal(claims, "slice(s)", "set up", exc) from exc
 
 
-async def prepare(ctx: Context, claims: Sequence[Claim]) -> tuple[ContainerEdits, list[str]]:
-    """The container edits of `claims` and the qualified CDI names written for them."""
-    edits = await _edits(ctx, claims)
+async def prepare(ctx: Context, claims: Sequence[Claim], *,
+                  first: Callable[[], None] | None = None) -> tuple[ContainerEdits, list[str]]:
+    """The container edits of `claims` and the qualified CDI names written for them. `first`:
+    blocking work run in the same thread hop just before the edits (what it raises, the call
+    raises)."""
+    edits = await _edits(ctx, claims, first)
     names: list[str] = []
     if ctx.config.device_list_strategy != "cdi":
         return edits, names
