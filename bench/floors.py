@@ -31,9 +31,11 @@ from typing import Any
 
 import grpc
 import nats
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import api
 
+from partkeeper import backoff
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel, unix_target
 
@@ -198,6 +200,11 @@ async def nats_floors(nats_url: str, calls: int, auth: Mapping[str, Any]
 
         sub = await responder.subscribe(subject, cb=answer)
         await responder.flush()
+        # The first request may find no responder yet when the server is busy (the stack is
+        # still settling); the floor waits for the subscription, boundedly, before timing.
+        await backoff.retry("the floor's responder", lambda: requester.request(
+            subject, b"ping", timeout=10), transient=lambda exc: isinstance(
+                exc, nats.errors.NoRespondersError), attempts=20)
         request = Quantiles.of(await _timed(
             lambda: requester.request(subject, b"ping", timeout=10), calls))
         await sub.unsubscribe()
