@@ -33,9 +33,11 @@ from services.allocator.snapshot import SnapshotError, read, read_instances
 
 log = logging.getLogger(__name__)
 
-# At most one pass per PACE seconds: an Allocate alone changes the claims four times, and a pass
-# per change would spend the event loop on lists kubelet reads once. Well inside the 100 ms bound.
-PACE = 0.02
+# After a pass the loop rests as long as the pass took, and at least MIN_REST: however fast changes
+# come, recomputing takes at most half of the event loop's time (lists kubelet reads once), and a
+# change that follows a short pass is taken a few milliseconds later. A fixed 20 ms pace made the
+# reclaim's second claim change (the removal, some 10 ms after `releasing`) wait for it.
+MIN_REST = 0.002
 # A pass waits up to DEFER seconds for the Allocates in flight to finish: they are on kubelet's
 # critical path and the pass would only compete with them; every Allocate touches when it ends.
 DEFER = 0.05
@@ -72,9 +74,7 @@ class Recompute:
                 self.pushed = number
                 fired, self._pushed = self._pushed, asyncio.Event()
                 fired.set()
-            rest = PACE - (loop.time() - started)
-            if rest > 0:
-                await asyncio.sleep(rest)
+            await asyncio.sleep(max(MIN_REST, loop.time() - started))
 
     async def once(self) -> bool:
         try:
