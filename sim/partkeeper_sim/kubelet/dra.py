@@ -32,7 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from partkeeper.kubelet import dra_pb2, dra_pb2_grpc, open_unix_channel
-from partkeeper.lifecycle import woken_or_timeout
+from partkeeper.lifecycle import cancel_all, woken_or_timeout
 from partkeeper_sim.kubelet.draclaims import ClaimInfo, container_devices
 from partkeeper_sim.kubelet.draplugins import WIPE_DELAY, DraPlugins
 from partkeeper_sim.kubelet.pods import PodEvent, PodView
@@ -71,6 +71,11 @@ class DraKubelet:
         self.prepare_calls = 0
         self.unprepare_calls = 0
         self._tasks: list[asyncio.Task[None]] = []
+        # driver -> (its registration, the channel to its service socket). kubelet keeps one
+        # connection per registered plugin and reuses it for every call
+        # (pkg/kubelet/cm/dra/plugin/dra_plugin.go, getOrCreateGRPCConn); gRPC reconnects it
+        # by itself, and a new registration gets a new one.
+        self._channels: dict[str, tuple[int, grpc.aio.Channel]] = {}
 
     @property
     def plugins(self) -> dict[str, str]:
@@ -83,9 +88,21 @@ class DraKubelet:
 
     async def __aexit__(self, *exc: object) -> None:
         tasks = [*self._tasks, *(w.task for w in self.workers.values() if w.task)]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
+        channels, self._channels = self._channels, {}
+        for _, channel in channels.values():
+            await channel.close()
+
+    async def _stub(self, driver: str, socket: str) -> dra_pb2_grpc.DRAPluginStub:
+        registration = self.registry.registrations.get(driver, 0)
+        cached = self._channels.get(driver)
+        if cached is not None and cached[0] == registration:
+            return dra_pb2_grpc.DRAPluginStub(cached[1])
+        if cached is not None:
+            await cached[1].close()
+        channel = open_unix_channel(socket)
+        self._channels[driver] = (registration, channel)
+        return dra_pb2_grpc.DRAPluginStub(channel)
 
     # -- Pods ----------------------------------------------------------------------------------
 
@@ -186,9 +203,9 @@ class DraKubelet:
             return f"DRA driver {info.driver} is not registered"
         self.prepare_calls += 1
         try:
-            async with open_unix_channel(socket) as channel:
-                reply = await dra_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(
-                    dra_pb2.NodePrepareResourcesRequest(claims=[info.ref]), timeout=CALL_TIMEOUT)
+            stub = await self._stub(info.driver, socket)
+            reply = await stub.NodePrepareResources(
+                dra_pb2.NodePrepareResourcesRequest(claims=[info.ref]), timeout=CALL_TIMEOUT)
         except grpc.aio.AioRpcError as exc:
             return f"NodePrepareResources: {exc.code()} {exc.details()}"
         answer = reply.claims.get(info.ref.uid)
@@ -215,10 +232,9 @@ class DraKubelet:
         while (socket := self.plugins.get(info.driver)) is not None:
             self.unprepare_calls += 1
             try:
-                async with open_unix_channel(socket) as channel:
-                    reply = await dra_pb2_grpc.DRAPluginStub(channel).NodeUnprepareResources(
-                        dra_pb2.NodeUnprepareResourcesRequest(claims=[ref]),
-                        timeout=CALL_TIMEOUT)
+                stub = await self._stub(info.driver, socket)
+                reply = await stub.NodeUnprepareResources(
+                    dra_pb2.NodeUnprepareResourcesRequest(claims=[ref]), timeout=CALL_TIMEOUT)
                 answer = reply.claims.get(ref.uid)
                 if answer is not None and not answer.error:
                     return

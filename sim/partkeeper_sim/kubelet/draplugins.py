@@ -48,6 +48,9 @@ class DraPlugins:
         self.poll = poll
         self.wipe_delay = wipe_delay
         self.plugins: dict[str, str] = {}  # driver -> service socket
+        # driver -> how many times it registered: kubelet makes a new DRAPlugin, and with it a
+        # new connection, on every registration (dra_plugin_manager.go, RegisterPlugin).
+        self.registrations: dict[str, int] = {}
         self.wiped = 0  # slices deleted by wipes (tests, bench)
         self._sockets: dict[str, str] = {}  # registration socket -> driver
         self._refused: set[str] = set()  # registration sockets told no (asked again if renewed)
@@ -134,6 +137,7 @@ class DraPlugins:
             self._refused.add(str(path))
             return ""
         self.plugins[info.name] = info.endpoint
+        self.registrations[info.name] = self.registrations.get(info.name, 0) + 1
         log.info("registered DRA plugin %s at %s", info.name, info.endpoint)
         return str(info.name)
 
