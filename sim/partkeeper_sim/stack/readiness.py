@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import grpc
 import nats
 import nats.errors
 from nats.aio.client import Client
@@ -93,10 +94,15 @@ async def consumer_exists(nc: Client, stream: str, durable: str) -> None:
 async def allocatable(socket: Path) -> dict[str, list[str]]:
     """The kubelet's Healthy devices per resource (pod-resources `GetAllocatableResources`)."""
     async with open_unix_channel(socket) as channel:
-        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
-        reply = await stub.GetAllocatableResources(
-            podresources_pb2.AllocatableResourcesRequest(), timeout=2.0
-        )
+        return await allocatable_on(channel)
+
+
+async def allocatable_on(channel: grpc.aio.Channel) -> dict[str, list[str]]:
+    """`allocatable` over a channel the caller holds."""
+    stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
+    reply = await stub.GetAllocatableResources(
+        podresources_pb2.AllocatableResourcesRequest(), timeout=2.0
+    )
     found: dict[str, list[str]] = {}
     for devices in reply.devices:
         found.setdefault(devices.resource_name, []).extend(devices.device_ids)

@@ -14,14 +14,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import grpc
 import nats.errors
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
 from partkeeper_sim.stack.kube import Kube
 from partkeeper_sim.stack.observe import DemoError, Observer, PodTrack
-from partkeeper_sim.stack.readiness import allocatable
+from partkeeper_sim.stack.readiness import allocatable_on
 from schemas import NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
 
@@ -35,6 +37,7 @@ class Scheduler:
         self.observer = observer
         self.nc = nc
         self.socket = socket
+        self._capacity: KeyValue | None = None  # the bucket's handle, looked up once
 
     async def create(self, name: str, resource: str, kind: str) -> PodTrack:
         pod = self.observer.track(PodTrack(name, resource, kind, created=time.monotonic()))
@@ -76,24 +79,28 @@ class Scheduler:
         NATS restart, a cluster electing its leaders): no room is assumed, and the next wake-up
         (a second at most) reads again."""
         try:
-            kv = await self.nc.jetstream().key_value(BUCKET_CAPACITY)
-            entry = await kv.get(capacity_key(self.observer.node))
+            if self._capacity is None:
+                self._capacity = await self.nc.jetstream().key_value(BUCKET_CAPACITY)
+            entry = await self._capacity.get(capacity_key(self.observer.node))
         except KeyNotFoundError:
             return 0
         except (TimeoutError, nats.errors.Error):
+            self._capacity = None  # looked up again: the bucket may have been re-created
             return 0
         doc = decode(entry.value or b"", NodeCapacity, what="capacity document")
         found = doc.resources.get(resource)
         return found.free if found else 0
 
     async def _kubelet_free(self, resource: str) -> int:
-        healthy = set((await allocatable(self.socket)).get(resource, []))
-        return len(healthy - await self._assigned(resource))
-
-    async def _assigned(self, resource: str) -> set[str]:
+        # Both questions on one connection: a real scheduler reads the Node's allocatable from
+        # its cache, so the stand-in should not spend two connection set-ups on each look.
         async with open_unix_channel(self.socket) as channel:
-            stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
-            reply = await stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=2.0)
+            healthy = set((await allocatable_on(channel)).get(resource, []))
+            return len(healthy - await self._assigned(channel, resource))
+
+    async def _assigned(self, channel: grpc.aio.Channel, resource: str) -> set[str]:
+        stub = podresources_pb2_grpc.PodResourcesListerStub(channel)
+        reply = await stub.List(podresources_pb2.ListPodResourcesRequest(), timeout=2.0)
         return {
             device_id
             for pod in reply.pod_resources
