@@ -9,6 +9,11 @@ server's pending counts, not nats-py's end-of-replay marker); a consumer reset i
 resumes after the last record seen, so neither the replay nor the view starts over. Only the
 watcher writes records; a Pod we have no record of is `None` (unknown), never dead: death is an
 event, never an absence.
+
+What the allocator decides from the view is only whether a Pod is dead (the snapshot's dead set;
+a retried Allocate's holder), so the view wakes the recompute (`on_change`) only when a Pod's
+record changes that: a new pending Pod, or one going from Pending to Running, changes no list
+kubelet reads, and a pass for it would only compete with the Allocate that follows.
 """
 
 from __future__ import annotations
@@ -66,29 +71,32 @@ class PodView:
                         self.on_change()
                     continue
                 target = replay if replay is not None else self.records
-                self._apply(target, entry)
-                if replay is None:
+                if self._apply(target, entry) and replay is None:
                     self.on_change()
 
-    def _apply(self, target: dict[str, PodRecord], entry: KeyValue.Entry) -> None:
+    def _apply(self, target: dict[str, PodRecord], entry: KeyValue.Entry) -> bool:
+        """Apply one entry to `target`; True when it changed whether that Pod is dead."""
         try:
             uid = decode_token(entry.key[len(self.prefix) :])
         except ValueError:
             self.skipped += 1
             log.warning("pk-pods key %s is not <node>.<uid>; ignored", entry.key)
-            return
+            return False
+        before = target.get(uid)
+        was_dead = before is not None and is_dead(before.state)
         if entry.operation in (KV_DEL, KV_PURGE):
             target.pop(uid, None)  # the record expired: unknown again, not dead
-            return
+            return was_dead
         try:
             record = decode(entry.value or b"", PodRecord, what=f"pod record {entry.key}")
         except SchemaError as exc:
             self.skipped += 1
             log.warning("%s; the previous view of Pod %s is kept", exc, uid)
-            return
+            return False
         if record.uid != uid or record.node != self.node:
             self.skipped += 1
             log.warning("pod record %s names Pod %s on %s; ignored", entry.key, record.uid,
                         record.node)
-            return
+            return False
         target[uid] = record
+        return is_dead(record.state) != was_dead

@@ -5,9 +5,11 @@ enter it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 
+import msgspec
 from nats.aio.client import Client
 
 from partkeeper.lifecycle import cancel_all
@@ -44,5 +46,35 @@ async def test_the_view_is_loaded_with_every_record_present_at_the_start(nc: Cli
         await bucket.delete(pods_key(node, later.uid))
         await until(lambda: view.state(later.uid) is None, "the deleted record gone")
         assert view.skipped == 0
+    finally:
+        await cancel_all([task])
+
+
+def seen(view: PodView, pod: PodRecord) -> bool:
+    return view.record(pod.uid) == pod
+
+
+async def test_only_a_change_of_whether_a_pod_is_dead_wakes_the_recompute(nc: Client,
+                                                                          node: str) -> None:
+    bucket = await nc.jetstream().key_value(BUCKET_PODS)
+    loaded = asyncio.Event()
+    wakes: list[str] = []
+    view = PodView(nc, node, lambda: wakes.append("touch"))
+    task = asyncio.create_task(view.run(loaded))
+    try:
+        await asyncio.wait_for(loaded.wait(), 20)
+        wakes.clear()  # the replay's end wakes it once
+        pod = record(node, 1)
+        running = msgspec.structs.replace(pod, phase="Running", resource_version="2")
+        finished = msgspec.structs.replace(running, phase="Succeeded", state="finished",
+                                           resource_version="3")
+        for quiet in (pod, running):  # a new pending Pod, then Running: no list changes
+            await bucket.put(pods_key(node, pod.uid), encode(quiet))
+            await until(functools.partial(seen, view, quiet), f"{quiet.phase} seen")
+        assert wakes == []
+        await bucket.put(pods_key(node, pod.uid), encode(finished))
+        await until(lambda: wakes == ["touch"], "the Pod's end wakes the recompute")
+        await bucket.delete(pods_key(node, pod.uid))  # dead -> unknown is a change too
+        await until(lambda: wakes == ["touch", "touch"], "the record's expiry wakes it")
     finally:
         await cancel_all([task])
