@@ -1,9 +1,10 @@
 """The coalescing recompute: on any change, read fresh state, push token health, publish capacity.
 
 Triggers (they carry no data; see `changes`): the claims bucket (a KV watch of this node's keys),
-the pk-pods mirror (a Pod's death, or its record's expiry), the hardware poll (foreign instances appear and vanish without a claim), and
-every Allocate. A pass takes a few milliseconds, so an update reaches kubelet well within 100 ms.
-A failed read keeps the last advertised lists: nothing is concluded from a partial read.
+the pk-pods mirror (a Pod's death, or its record's expiry), the hardware poll (foreign instances
+appear and vanish without a claim), and every Allocate. A pass takes a few milliseconds, so an
+update reaches kubelet well within 100 ms. A failed read keeps the last advertised lists: nothing
+is concluded from a partial read.
 """
 
 from __future__ import annotations

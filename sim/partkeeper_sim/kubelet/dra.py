@@ -98,10 +98,10 @@ class DraKubelet:
         cached = self._channels.get(driver)
         if cached is not None and cached[0] == registration:
             return dra_pb2_grpc.DRAPluginStub(cached[1])
-        if cached is not None:
-            await cached[1].close()
         channel = open_unix_channel(socket)
-        self._channels[driver] = (registration, channel)
+        self._channels[driver] = (registration, channel)  # before any await: one per driver
+        if cached is not None:
+            await cached[1].close()  # a call still on it fails, and is retried on this one
         return dra_pb2_grpc.DRAPluginStub(channel)
 
     # -- Pods ----------------------------------------------------------------------------------
