@@ -154,10 +154,11 @@ async def _look(
     try:
         reply = await patience.answered(until, "pods.pending", lambda: _watcher(ctx).pending(
             resource, quantity, fresh=fresh))
-    except BaseException as exc:
+    except Unanswered as exc:
         await cancel_all([viewing])
-        if isinstance(exc, Unanswered):
-            return [], f"the watcher's pods.pending failed: {exc}"
+        return [], f"the watcher's pods.pending failed: {exc}"
+    except BaseException:
+        await cancel_all([viewing])  # cancelled: the view must not outlive the lookup
         raise
     kubelet = await viewing
     found = survivors(reply.pods, resource, quantity, claimed, kubelet)
