@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
@@ -56,6 +56,21 @@ class ClaimsStore:
         self._published: dict[int, set[str]] = {}  # per card: outbox entries known to be sent
         self._order: dict[int, asyncio.Lock] = {}  # per card: its sends, one at a time, in order
         self._sending: set[asyncio.Task[None]] = set()
+        self._last: dict[int, tuple[CardClaims, int]] = {}  # per card: the newest read or written
+        # Awaited before each announcement: the allocator's waits (bounded) for the Allocates in
+        # flight, so that the audit does not compete with them for the event loop.
+        self.announce_after: Callable[[], Awaitable[None]] | None = None
+
+    def last(self, card: int) -> tuple[CardClaims, int] | None:
+        """The newest document of `card` this store has read or written, with its revision (no
+        read: the caller judges whether it is still current, services/allocator/views.py)."""
+        return self._last.get(card)
+
+    def _saw(self, card: int, doc: CardClaims, revision: int) -> tuple[CardClaims, int]:
+        known = self._last.get(card)
+        if known is None or revision >= known[1]:  # reads may end out of order
+            self._last[card] = (doc, revision)
+        return doc, revision
 
     async def read(self, card: int) -> tuple[CardClaims, int]:
         """The card's document and its revision (0: no document yet). Raises StoreReadError."""
@@ -63,7 +78,7 @@ class ClaimsStore:
         try:
             entry = await self.kv.get(key)
         except KeyNotFoundError:
-            return machine.empty(self.node, card), 0
+            return self._saw(card, machine.empty(self.node, card), 0)
         except Exception as exc:
             raise StoreReadError(f"reading claims of card {card} failed: {exc}") from exc
         try:
@@ -72,7 +87,7 @@ class ClaimsStore:
             raise StoreReadError(str(exc)) from exc
         if doc.card != card or doc.node != self.node:
             raise StoreReadError(f"claims document {key} names node {doc.node} card {doc.card}")
-        return doc, int(entry.revision or 0)
+        return self._saw(card, doc, int(entry.revision or 0))
 
     async def cards(self) -> list[int]:
         """Cards that have a claims document. Raises StoreReadError."""
@@ -153,7 +168,7 @@ class ClaimsStore:
         if self.announce:
             await faults.reach("claims.after_write")
             self._announce(card, new)
-        return new, int(written)
+        return self._saw(card, new, int(written))
 
     def _announce(self, card: int, doc: CardClaims) -> None:
         """Send `doc`'s outbox after the writes before it, without making the writer wait: the
@@ -164,6 +179,8 @@ class ClaimsStore:
 
         async def send() -> None:
             async with lock:  # FIFO: the entries leave in the order they were written
+                if self.announce_after is not None:
+                    await self.announce_after()
                 await self._send(card, doc)
 
         task = asyncio.create_task(send(), name=f"announce card {card}")

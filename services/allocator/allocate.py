@@ -83,28 +83,26 @@ class Allocator:
     ) -> pb.ContainerAllocateResponse:
         started = time.perf_counter()
         label = "error"
-        self.ctx.allocating += 1
-        self.ctx.idle.clear()
-        try:
-            response, label = await self._allocate(offer, device_ids)
-            return response
-        except Refusal as exc:
-            label = exc.result.label
-            decision(log, f"Allocate refused: {exc.message}", resource=offer.resource,
-                     device_ids=",".join(device_ids), pod_uid=exc.pod[0] if exc.pod else None)
-            await events.allocate_refused(self.ctx.js, self.ctx.node, offer.resource,
-                                          device_ids, exc.message, exc.pod)
-            raise
-        except asyncio.CancelledError:
-            label = "cancelled"
-            raise
-        finally:
-            self.ctx.allocating -= 1
-            if not self.ctx.allocating:
-                self.ctx.idle.set()
-            metrics.ALLOCATIONS.labels(offer.resource, label).inc()
-            metrics.ALLOCATE_SECONDS.labels(offer.resource).observe(time.perf_counter() - started)
-            self.ctx.changes.touch()
+        with self.ctx.serving():
+            try:
+                response, label = await self._allocate(offer, device_ids)
+                return response
+            except Refusal as exc:
+                label = exc.result.label
+                decision(log, f"Allocate refused: {exc.message}", resource=offer.resource,
+                         device_ids=",".join(device_ids),
+                         pod_uid=exc.pod[0] if exc.pod else None)
+                await events.allocate_refused(self.ctx.js, self.ctx.node, offer.resource,
+                                              device_ids, exc.message, exc.pod)
+                raise
+            except asyncio.CancelledError:
+                label = "cancelled"
+                raise
+            finally:
+                metrics.ALLOCATIONS.labels(offer.resource, label).inc()
+                metrics.ALLOCATE_SECONDS.labels(offer.resource).observe(
+                    time.perf_counter() - started)
+                self.ctx.changes.touch()
 
     async def close(self) -> None:
         """Stop taking calls, end the ones waiting, and let realisations already started finish
@@ -130,8 +128,11 @@ class Allocator:
         handed_on: Claim | None = None  # the live-looking holder of tokens kubelet handed on
         async with self._choosing:
             with _tracer.start_as_current_span("claims read"):
-                known = await self._claims()
-            claims = [c for card in sorted(known[0]) for c in known[0][card].claims.values()]
+                known = await self._claims(views=True)
+                if not known.fresh and retry.existing(known.claims, offer.resource, ids):
+                    # Tokens some claim carries: a retry, or handed on. Judged on a fresh read.
+                    known = await self._claims()
+            claims = known.claims
             group = retry.existing(claims, offer.resource, ids)
             if group:
                 holder = await reuse.judge(self.ctx, group)
@@ -177,10 +178,10 @@ class Allocator:
             return await self._respond(offer, active)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _claims(self) -> ClaimsRead:
+    async def _claims(self, *, views: bool = False) -> ClaimsRead:
         try:
             return await patience.waiting(self.ctx, "reading the claims",
-                                          lambda: read_claims(self.ctx))
+                                          lambda: read_claims(self.ctx, views=views))
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
@@ -188,12 +189,11 @@ class Allocator:
         """The tokens of `resource` some claim carries, read now; none when the store does not
         answer (GetPreferredAllocation is advice, and the Allocate itself checks again)."""
         try:
-            docs, _ = await read_claims(self.ctx)
+            known = await read_claims(self.ctx, views=True)
         except SnapshotError as exc:
             log.info("claims unreadable for GetPreferredAllocation (%s); no preference", exc)
             return frozenset()
-        return frozenset(t for doc in docs.values() for c in doc.claims.values()
-                         if c.resource == resource for t in c.device_ids)
+        return frozenset(t for c in known.claims if c.resource == resource for t in c.device_ids)
 
     async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
@@ -225,7 +225,9 @@ class Allocator:
         self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead | None = None
     ) -> list[Claim]:
         """Write `creating` claims for `ids`, making room or waiting for it up to the deadline.
-        `known`: a claims read to plan the first attempt on (saves a round trip)."""
+        `known`: a claims read to plan the first attempt on, with the instances in the views
+        (saves a round trip and a thread hop); a plan on the views that finds no room is made
+        again on a fresh read before room is made or waited for."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self.ctx.options.room_wait_seconds
@@ -243,6 +245,8 @@ class Allocator:
                     claims = await self._begin(offer, target, ids, spots)
                     if claims is not None:
                         return claims
+            if spots is None and not snap.fresh:
+                continue
             attempt += 1
             remaining = deadline - loop.time()
             # Plan again at once after room was made, but not twice in a row: a reclaimer that

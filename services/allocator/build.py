@@ -35,8 +35,9 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
     js = nc.jetstream()
     claims = await Bucket.open(js, BUCKET_CLAIMS)
     changes = Changes()
+    store = ClaimsStore(claims, config.node, announce=True)
     ctx = Context(
-        config=config, nc=nc, js=js, store=ClaimsStore(claims, config.node, announce=True),
+        config=config, nc=nc, js=js, store=store,
         driver=driver,
         cards=cards,
         offers=catalog.offers(cards, prefix=config.resource_prefix,
@@ -45,6 +46,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
         pods=PodView(nc, config.node, changes.touch),
         changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
     )
+    store.announce_after = ctx.settled  # the audit follows the Allocates in flight
     return ctx, claims.kv
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from partkeeper import limiter
 from partkeeper.drivers import Card
+from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.limiter import NONE, LimiterState
 from partkeeper.nodeparts import NodeParts
 from services.allocator.catalog import Offer
@@ -18,9 +19,14 @@ from services.allocator.changes import Changes
 from services.allocator.options import Options
 from services.allocator.podresources import PodResources
 from services.allocator.podview import PodView
+from services.allocator.views import Views
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+# How long work kubelet does not wait for waits for the Allocates in flight: bounded, so that a
+# stream of them never starves it.
+SETTLE_SECONDS = 0.05
 
 
 @dataclass
@@ -39,9 +45,12 @@ class Context(NodeParts):
     # One driver call at a time from this process: NVML and the sim driver's file lock serialise
     # anyway, and queueing here spares the threads the file lock's polling.
     driving: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Allocates in flight; the recompute defers (briefly) to them, see recompute.DEFER.
+    # Allocates (and DRA prepares) in flight: the recompute and the audit announcements wait,
+    # briefly, for them to end (`settled`).
     allocating: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # The claims and instances an Allocate may plan on without reading them again (views.py).
+    views: Views = field(default_factory=Views)
 
     def find_limiter(self) -> None:
         """Who enforces this node's slices (blocking: a few stats). A configured limiter whose
@@ -61,6 +70,25 @@ class Context(NodeParts):
     def card(self, index: int) -> Card:
         return next(c for c in self.cards if c.index == index)
 
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Count an Allocate or a prepare in flight (kubelet waits for it)."""
+        self.allocating += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.allocating -= 1
+            if not self.allocating:
+                self.idle.set()
+
+    async def settled(self, limit: float = SETTLE_SECONDS) -> None:
+        """Return once no Allocate or prepare is in flight, or after `limit` seconds: work that
+        kubelet does not wait for (a recompute pass, an audit entry) would only compete with
+        them for the event loop."""
+        if self.allocating:
+            await woken_or_timeout(self.idle, limit)
+
     async def hardware(self, call: Callable[..., T], *args: Any) -> T:
         """Run a (blocking) driver call in a worker thread. A cancelled caller still waits for
         the thread, which cannot be stopped, before letting the next call in."""
@@ -73,3 +101,11 @@ class Context(NodeParts):
                     with contextlib.suppress(asyncio.CancelledError):
                         await asyncio.wait([work])
                 raise
+
+    async def change_hardware(self, call: Callable[..., T], *args: Any) -> T:
+        """`hardware` for a call that creates or destroys: the enumeration in the views is stale
+        after it, whatever came of it."""
+        try:
+            return await self.hardware(call, *args)
+        finally:
+            self.views.changed_hardware()

@@ -75,7 +75,7 @@ async def create(ctx: Context, claim: Claim) -> Instance:
     spec = InstanceSpec(claim.card, claim.profile, claim.start)
     with _tracer.start_as_current_span("create", attributes=writes.span_attributes(claim)) as span:
         try:
-            instance = await ctx.hardware(ctx.driver.create, spec)
+            instance = await ctx.change_hardware(ctx.driver.create, spec)
         except DriverError as exc:
             span.set_attribute("pk.driver_error", exc.kind)
             raise
@@ -122,7 +122,7 @@ async def undo(
     """Destroy what this Allocate created and never activated; abandon those claims."""
     for claim, instance in made:
         try:
-            await ctx.hardware(ctx.driver.destroy, instance)
+            await ctx.change_hardware(ctx.driver.destroy, instance)
         except NotFoundError:
             pass
         except DriverError as exc:

@@ -25,7 +25,7 @@ from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import Claim, NodeCapacity, encode
-from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix
+from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
 from services.allocator import slices
 from services.allocator.advertise import advertise, same
 from services.allocator.context import Context
@@ -39,9 +39,8 @@ log = logging.getLogger(__name__)
 # change that follows a short pass is taken a few milliseconds later. A fixed 20 ms pace made the
 # reclaim's second claim change (the removal, some 10 ms after `releasing`) wait for it.
 MIN_REST = 0.002
-# A pass waits up to DEFER seconds for the Allocates in flight to finish: they are on kubelet's
+# A pass waits (`Context.settled`) for the Allocates in flight to finish: they are on kubelet's
 # critical path and the pass would only compete with them; every Allocate touches when it ends.
-DEFER = 0.05
 
 
 class Recompute:
@@ -67,8 +66,7 @@ class Recompute:
         while True:
             await self.ctx.changes.pending()
             number = self.ctx.changes.passes
-            if self.ctx.allocating:
-                await woken_or_timeout(self.ctx.idle, DEFER)
+            await self.ctx.settled()
             started = loop.time()
             if await self.once():
                 first.set()
@@ -166,20 +164,28 @@ def _record_metrics(ctx: Context, doc: NodeCapacity) -> None:
 
 
 async def watch_claims(ctx: Context, kv: KeyValue, ready: asyncio.Event) -> None:
-    """Touch on every change of this node's claim documents (whoever wrote it); `ready` is set
-    once the documents present at the start have been seen.
+    """Touch on every change of this node's claim documents (whoever wrote it), and tell the
+    views each document's newest revision; `ready` is set once the documents present at the
+    start have been seen.
 
     The watch (bus/kv.py, headers only) goes through the connection: `kv`, the claims bucket's
     handle that dra/main.py passes too, is not needed for it."""
     del kv
+    prefix = claims_prefix(ctx.node)
 
     async def follow() -> None:
-        watch = bus_kv.watch(ctx.nc, BUCKET_CLAIMS, f"{claims_prefix(ctx.node)}*",
-                             meta_only=True, label="allocator-claims")
-        async with contextlib.aclosing(watch) as entries:
-            async for entry in entries:
-                if entry is None:
-                    ready.set()
-                ctx.changes.touch()
+        watch = bus_kv.watch(ctx.nc, BUCKET_CLAIMS, f"{prefix}*", meta_only=True,
+                             label="allocator-claims")
+        try:
+            async with contextlib.aclosing(watch) as entries:
+                async for entry in entries:
+                    if entry is None:
+                        ctx.views.replayed()
+                        ready.set()
+                    elif (card := decode_token(entry.key[len(prefix):])).isdigit():
+                        ctx.views.saw(int(card), entry.revision or 0)
+                    ctx.changes.touch()
+        finally:
+            ctx.views.lost()  # until the next watch's replay has come
 
     await backoff.keep_following("watching pk-claims", follow, after_gap=ctx.changes.touch)

@@ -1,8 +1,10 @@
 """One consistent-enough read of everything a decision needs: claims, hardware, Pod states.
 
-Every read is fresh (the claims from the store with their revisions, the instances from the
-driver); the Pod states come from the pk-pods mirror. A failed read of any card fails the whole
-snapshot (`SnapshotError`): nothing is ever concluded from a partial enumeration (invariant 9).
+A read is fresh (the claims from the store with their revisions, the instances from the driver)
+unless its caller plans a write on it and takes the views (views.py): then what is still current
+there is not read again, and the snapshot says it is not `fresh`. The Pod states come from the
+pk-pods mirror. A failed read of any card fails the whole snapshot (`SnapshotError`): nothing is
+ever concluded from a partial enumeration (invariant 9).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Snapshot:
     same: IdentityRule  # the driver's identity rule (`same_partition`), for `inventory`
     dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
     read_at: float = 0.0  # wall-clock time of the read (claims' ages are judged against it)
+    fresh: bool = True  # False: some of it came from the views, fit to plan a write on only
 
     @property
     def claims(self) -> list[Claim]:
@@ -53,39 +56,67 @@ class Snapshot:
 
 
 async def read_instances(ctx: Context) -> dict[int, tuple[Instance, ...]]:
-    """Every partition-mode card's instances, in one thread hop. Raises SnapshotError."""
+    """Every partition-mode card's instances, in one thread hop, kept in the views. Raises
+    SnapshotError."""
     partition_cards = [c.index for c in ctx.cards if c.mode == "partition"]
 
     def enumerate_all() -> dict[int, tuple[Instance, ...]]:
         return {card: tuple(ctx.driver.instances(card)) for card in partition_cards}
 
+    stamp = ctx.views.stamp()
     try:
-        return await ctx.hardware(enumerate_all)
+        found = await ctx.hardware(enumerate_all)
     except DriverError as exc:
+        ctx.views.enumerated(stamp, None)
         raise SnapshotError(f"enumerating the cards failed: {exc}") from exc
+    ctx.views.enumerated(stamp, found)
+    return found
 
 
-async def read_claims(ctx: Context) -> tuple[dict[int, CardClaims], dict[int, int]]:
-    """Every card's claims document and revision, read concurrently. Raises SnapshotError."""
+@dataclass(frozen=True, slots=True)
+class ClaimsRead:
+    docs: dict[int, CardClaims]
+    revisions: dict[int, int]
+    fresh: bool = True  # False: some documents came from the views
+
+    @property
+    def claims(self) -> list[Claim]:
+        return [c for card in sorted(self.docs) for c in self.docs[card].claims.values()]
+
+
+async def read_claims(ctx: Context, *, views: bool = False) -> ClaimsRead:
+    """Every card's claims document and revision, read concurrently; with `views`, a document
+    still current in the views is taken from there. Raises SnapshotError."""
     cards = [c.index for c in ctx.cards]
+    taken = {card: known for card in cards
+             if views and (known := current_claims(ctx, card)) is not None}
+    wanted = [card for card in cards if card not in taken]
     try:
-        read_docs = await asyncio.gather(*(ctx.store.read(card) for card in cards))
+        read_docs = await asyncio.gather(*(ctx.store.read(card) for card in wanted))
     except StoreReadError as exc:
         raise SnapshotError(f"reading the claims failed: {exc}") from exc
-    docs = {card: doc for card, (doc, _) in zip(cards, read_docs, strict=True)}
-    revisions = {card: rev for card, (_, rev) in zip(cards, read_docs, strict=True)}
-    return docs, revisions
+    found = taken | dict(zip(wanted, read_docs, strict=True))
+    return ClaimsRead({card: found[card][0] for card in cards},
+                      {card: found[card][1] for card in cards}, fresh=not taken)
 
 
-ClaimsRead = tuple[dict[int, CardClaims], dict[int, int]]
+def current_claims(ctx: Context, card: int) -> tuple[CardClaims, int] | None:
+    """The card's document as this process last read or wrote it, if no newer revision has been
+    delivered by the claims watch since (views.py)."""
+    known = ctx.store.last(card)
+    return known if known is not None and ctx.views.current(card, known[1]) else None
 
 
 async def read(ctx: Context, claims: ClaimsRead | None = None) -> Snapshot:
     """A fresh snapshot; `claims`, when given, is a read of the claims just made, taken instead
-    of reading them again (a plan on it is checked by the compare-and-set of the claim write)."""
-    docs, revisions = claims if claims is not None else await read_claims(ctx)
-    instances = await read_instances(ctx)
-    uids = {c.pod_uid for doc in docs.values() for c in doc.claims.values()}
+    of reading them again, for a plan checked by the compare-and-set of the claim write. With it
+    the instances come from the views too, when still current there."""
+    known = claims if claims is not None else await read_claims(ctx)
+    instances = ctx.views.instances() if claims is not None else None
+    fresh = known.fresh and instances is None
+    if instances is None:
+        instances = await read_instances(ctx)
+    uids = {c.pod_uid for doc in known.docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
-    return Snapshot({c.index: c for c in ctx.cards}, docs, revisions, instances,
-                    ctx.driver.same_partition, dead, time.time())
+    return Snapshot({c.index: c for c in ctx.cards}, known.docs, known.revisions, instances,
+                    ctx.driver.same_partition, dead, time.time(), fresh)

@@ -14,15 +14,19 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import nats
 import pytest
 from nats.aio.client import Client
+from opentelemetry import trace
 
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.trips import Trips, count, kinds, new_trace
+from partkeeper.drivers import Instance, InstanceSpec
+from partkeeper.drivers.base import ContainerEdits
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
 from partkeeper_sim.driver import SimDriver, init_state
@@ -41,9 +45,10 @@ RESOURCE = "nvidia.com/mig-1g.10gb"
 # One Allocate of a fresh Pod the kubelet admits once (the common case), on a node with room.
 # Each line is a step of docs/contract.md section 5; see docs/benchmarks.md, "Allocate".
 ALLOCATE = {
-    # the card's claims, once: the retry check, the Pod lookup and the plan share it, and both
-    # compare-and-sets write against it and then against the first one's revision
-    "kv read pk-claims": 1,
+    # no read of the claims: the card's document as this allocator last read or wrote it is
+    # current while the claims watch shows no newer revision (services/allocator/views.py); the
+    # retry check, the Pod lookup and the plan share it, and both compare-and-sets write against
+    # it and then against the first one's revision
     "request pods.pending": 1,  # which Pod: the watcher's view
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
 }
@@ -52,6 +57,39 @@ ALLOCATE = {
 # did not leave): the call replies while they are held up, and they follow. The service does not
 # send them a second time for the stream to drop as a duplicate.
 ANNOUNCED = {"publish pk.parts": 2}
+# The driver calls of an Allocate planned on the views (the recompute's last enumeration is
+# current, as after the start): no enumeration, the create, and the container edits (the
+# descriptor's write shares their thread hop).
+DRIVER_CALLS = {"create": 1, "container_edits": 1}
+
+
+class Counted(SimDriver):
+    """The sim driver, counting the Driver protocol's calls by name and trace: the thread hop
+    carries the caller's context, so a call knows the operation it was made for (the recompute
+    and the hardware poll enumerate in traces of their own)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    def of_trace(self, trace_id: str) -> dict[str, int]:
+        return {name: n for (name, trace), n in self.calls.items() if trace == trace_id}
+
+    def _count(self, name: str) -> None:
+        trace_id = trace.get_current_span().get_span_context().trace_id
+        self.calls[(name, format(trace_id, "032x"))] += 1
+
+    def instances(self, card: int) -> list[Instance]:
+        self._count("instances")
+        return super().instances(card)
+
+    def create(self, spec: InstanceSpec) -> Instance:
+        self._count("create")
+        return super().create(spec)
+
+    def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
+        self._count("container_edits")
+        return super().container_edits(instances)
 
 
 def pod(node: str, i: int) -> PodRecord:
@@ -79,8 +117,9 @@ async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> N
     trips: Trips = count(counted)
     held = hold_audit(counted)
     ready = asyncio.Event()
+    driver = Counted(directory / "sim.json")
     task = asyncio.create_task(serve_allocator(
-        config, counted, ready=ready, options=Options(driver=SimDriver(directory / "sim.json"))))
+        config, counted, ready=ready, options=Options(driver=driver)))
     try:
         await asyncio.wait_for(ready.wait(), 30)
         pods_kv = await js.key_value(BUCKET_PODS)
@@ -96,6 +135,8 @@ async def test_allocate_round_trips(nc: Client, counted: Client, node: str) -> N
                     pb.ContainerAllocateRequest(devices_ids=[token])]), timeout=30,
                     metadata=metadata)
                 seen.append(trace_id)
+                if i == 0:  # the start's recompute enumerated, and nothing has moved since
+                    assert driver.of_trace(trace_id) == DRIVER_CALLS
         for trace_id in seen:  # the audit is still held up: what the calls waited for
             made = trips.of_trace(trace_id)
             assert kinds(made) == ALLOCATE, "\n".join(f"{t.kind}: {t.subject}" for t in made)

@@ -20,8 +20,9 @@ from tests_support.dra import dra_node
 # One prepare of a claim the scheduler allocated, prepared once (the common case): see
 # docs/benchmarks.md, "DRA prepare".
 PREPARE = {
-    # the card's claims, once: both compare-and-sets write against it, then against the first
-    "kv read pk-claims": 1,
+    # no read of the claims: the card's document as this allocator last read or wrote it, current
+    # while the claims watch shows no newer revision (services/allocator/views.py); both
+    # compare-and-sets write against it, then against the first
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
 }
 # Each transition's ClaimChanged, sent by the store's outbox after its write, in the prepare's

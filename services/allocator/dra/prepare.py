@@ -42,6 +42,7 @@ from services.allocator.dra import requests
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.requests import Asked, NotPreparable, Wanted
 from services.allocator.refusal import Refusal
+from services.allocator.snapshot import current_claims
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ class Preparer:
         await asyncio.gather(*self._work.values(), return_exceptions=True)
 
     async def prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
+        with self.ctx.serving():  # the recompute and the audit wait for it (`Context.settled`)
+            return await self._prepare(ref)
+
+    async def _prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
         asked = Asked(ref.namespace, ref.uid, ref.name)
         try:
             try:
@@ -101,8 +106,13 @@ class Preparer:
         return await asyncio.shield(task)
 
     async def _realise(self, w: Wanted) -> str:
+        # The common prepare is a claim this node has never seen: the views' document is
+        # enough to plan its write on (views.py). One it holds is judged on a fresh read.
+        current = current_claims(self.ctx, w.spec.card)
+        if current is not None and w.claim_id in current[0].claims:
+            current = None
         try:
-            doc, revision = await self.ctx.store.read(w.spec.card)
+            doc, revision = current or await self.ctx.store.read(w.spec.card)
         except StoreReadError as exc:
             raise PrepareError(f"{w.asked}: {exc}; nothing was prepared") from exc
         writes.track({w.spec.card: doc}, {w.spec.card: revision})  # the claim writes go against it
