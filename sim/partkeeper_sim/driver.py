@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-from filelock import Timeout
 
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import (
@@ -57,15 +56,16 @@ from partkeeper_sim.driver_state import (
     FaultKind,
     FaultOp,
     LatencyOp,
+    LockTimeout,
     SimCard,
     SimInstance,
     SimState,
+    StateLock,
     card_uuid,
     check_state,
     encode_state,
     init_state,
     instance_uuid,
-    lock_for,
     mig_uuid,
     snapshot,
     write_state,
@@ -81,15 +81,16 @@ __all__ = [
     "FaultKind",
     "FaultOp",
     "LatencyOp",
+    "LockTimeout",
     "SimCard",
     "SimDriver",
     "SimInstance",
     "SimState",
+    "StateLock",
     "card_uuid",
     "check_state",
     "encode_state",
     "init_state",
-    "lock_for",
     "mig_uuid",
     "snapshot",
     "write_state",
@@ -120,9 +121,11 @@ class SimDriver:
     name = "sim"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, sleep: Callable[[float], None] = time.sleep
+        self, path: str | os.PathLike[str], *, sleep: Callable[[float], None] = time.sleep,
+        lock_timeout: float = LOCK_TIMEOUT_SECONDS,
     ) -> None:
         self.path = Path(path)
+        self.lock_timeout = lock_timeout
         self._sleep = sleep  # injectable so tests can hold an operation inside its latency
         self._models: dict[int, str] = {}  # card index -> model, as the last read found them
 
@@ -133,13 +136,11 @@ class SimDriver:
         if not self.path.exists():
             # Checked before locking so that a mistyped path leaves no lock file behind.
             raise ReadError(op, None, None, self._missing())
-        lock = lock_for(self.path)
+        lock = StateLock(self.path, self.lock_timeout)
         try:
-            # filelock polls a contended lock; its 50 ms default would dominate every latency
-            # the simulator is used to measure, and transactions here last about a millisecond.
-            lock.acquire(poll_interval=0.001)
-        except Timeout as exc:
-            cause = f"the state file {self.path} stayed locked for {LOCK_TIMEOUT_SECONDS:g} s"
+            lock.acquire()
+        except LockTimeout as exc:
+            cause = f"the state file {self.path} stayed locked for {self.lock_timeout:g} s"
             raise UnknownError(op, None, None, cause) from exc
         except OSError as exc:
             raise ReadError(op, None, None, f"cannot lock {self.path}: {exc.strerror}") from exc

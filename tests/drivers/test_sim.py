@@ -16,6 +16,7 @@ import pytest
 from partkeeper.drivers import base, profiles
 from partkeeper.drivers.base import Instance, InstanceSpec
 from partkeeper_sim.driver import SimDriver, card_uuid, init_state, mig_uuid
+from partkeeper_sim.driver_state import LockTimeout, StateLock
 from tests_support.gate import Gate
 
 DEADLINE = 30.0  # seconds; a bound on waiting, never an expectation of how long anything takes
@@ -321,3 +322,26 @@ def test_writes_leave_only_the_state_and_its_lock(sim_path: Path) -> None:
     driver.destroy(inst)
     assert sorted(p.name for p in sim_path.parent.iterdir()) == ["sim.json", "sim.json.lock"]
     assert sim_path.stat().st_mode & 0o777 == 0o644  # readable by every process sharing it
+
+
+def test_the_state_lock_excludes_threads_and_processes_and_times_out(sim_path: Path) -> None:
+    """flock(2) on an open file description of its own per lock: a second lock in this process
+    or in another waits; one held past the timeout is an UnknownError naming the state file."""
+    held = StateLock(sim_path)
+    held.acquire()
+    try:
+        with pytest.raises(LockTimeout):
+            StateLock(sim_path, timeout=0.05).acquire()
+        other = subprocess.run(
+            [sys.executable, "-c", "import sys, fcntl, os; fd = os.open(sys.argv[1], os.O_RDONLY);"
+             " fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", f"{sim_path}.lock"],
+            capture_output=True, text=True, check=False)
+        assert other.returncode != 0 and "BlockingIOError" in other.stderr
+        with pytest.raises(base.UnknownError, match=r"stayed locked for 0\.05 s"):
+            SimDriver(sim_path, lock_timeout=0.05).instances(0)
+    finally:
+        held.release()
+    assert SimDriver(sim_path).instances(0) == []  # released: the next transaction goes through
+    with pytest.raises(ZeroDivisionError), StateLock(sim_path):
+        raise ZeroDivisionError
+    StateLock(sim_path, timeout=0.05).acquire()  # the failed transaction left it free
