@@ -115,6 +115,14 @@ def _to_instance(card: SimCard, inst: SimInstance) -> Instance:
     )
 
 
+class _Slow(Exception):
+    """The operation was given a latency (`sim latency`): sleep `seconds`, then do it."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
 class SimDriver:
     """The Driver protocol over a shared state file, plus the controls `partkeeper sim` uses."""
 
@@ -174,11 +182,16 @@ class SimDriver:
         fault: FaultOp | None = None,
         where: _Where = (None, None),
         halfway: Callable[[SimState], object] | None = None,
+        latency: LatencyOp | None = None,
     ) -> T:
         """The one writer: `mutate` raises before it changes anything, or returns. `halfway` is
-        the first of the operation's two steps, taken when a `halfway` fault is armed."""
+        the first of the operation's two steps, taken when a `halfway` fault is armed. With
+        `latency`, an operation given one raises _Slow before anything else: the caller sleeps
+        outside the lock and comes back; one given none needs no second transaction."""
         with self._locked(op):
             state = self._read(op)
+            if latency is not None and (ms := state.latency_ms.get(latency, 0)):
+                raise _Slow(ms / 1000.0)
             taken = _take_fault(state, fault, op, where) if fault is not None else None
             if taken is not None:
                 error, kind = taken
@@ -193,9 +206,6 @@ class SimDriver:
             if encode_state(state) != before:
                 write_state(self.path, state)
             return result
-
-    def _latency(self, op: LatencyOp) -> float:
-        return self._transact(op, lambda s: s.latency_ms.get(op, 0)) / 1000.0
 
     # -- the Driver protocol ------------------------------------------------------------------
 
@@ -218,12 +228,14 @@ class SimDriver:
         return self._transact("list", read, "list", (card, None))
 
     def create(self, spec: InstanceSpec) -> Instance:
-        delay = self._latency("create")
-        if delay:
-            # Slept outside the lock: other processes keep working, as they would on hardware.
-            self._sleep(delay)
         place = partial(_place, spec=spec, op="create", carved=False)
         half = partial(_half_create, spec=spec)
+        try:
+            return self._transact("create", place, "create", (spec.card, None), half,
+                                  latency="create")
+        except _Slow as slow:
+            # Slept outside the lock: other processes keep working, as they would on hardware.
+            self._sleep(slow.seconds)
         return self._transact("create", place, "create", (spec.card, None), half)
 
     def destroy(self, expected: Instance) -> None:
@@ -240,14 +252,18 @@ class SimDriver:
     def same_partition(self, recorded: Instance, listed: Instance) -> bool:
         """The rule of the card's vendor: NVIDIA's and T-Head's slot identity, Hygon's issued one.
         The card's model comes from the enumeration that listed `listed`, so no read is needed."""
-        model = self._models.get(listed.card)
-        if model is None:
-            model = self._transact("identity", lambda s: _card(s, listed.card, "identity",
-                                                               NotFoundError).model)
-        return identity_rule(model)(recorded, listed)
+        return identity_rule(self._model_of(listed.card, "identity"))(recorded, listed)
 
     def _remember(self, state: SimState) -> None:
         self._models = {c.index: c.model for c in state.cards}
+
+    def _model_of(self, card: int, op: str) -> str:
+        """The card's model as the last read found it (a card keeps its model for the life of
+        the state file), read when no read has yet; NotFoundError for a card that is not there."""
+        model = self._models.get(card)
+        if model is None:
+            model = self._transact(op, lambda s: _card(s, card, op, NotFoundError).model)
+        return model
 
     def is_busy(self, instance: Instance) -> bool:
         return self._transact("busy", lambda s: _find(s, instance, "busy")[1].busy)
@@ -256,11 +272,7 @@ class SimDriver:
         """Each vendor's rules without its device nodes (the sim has none): NVIDIA's env for
         NVIDIA cards; one partition per container on T-Head and Hygon, Hygon's env variable."""
 
-        def vendors(state: SimState) -> set[str]:
-            return {profiles.model(_card(state, i.card, "allocate", NotFoundError).model).vendor
-                    for i in instances}
-
-        found = self._transact("allocate", vendors)
+        found = {profiles.model(self._model_of(i.card, "allocate")).vendor for i in instances}
         if found <= {"nvidia"}:
             return nvidia_edits(instances)
         inst = one_partition(instances, "/".join(sorted(found - {"nvidia"})))
@@ -271,11 +283,7 @@ class SimDriver:
         """Each vendor's rule for whole cards without device nodes: the card UUIDs in NVIDIA's
         env for NVIDIA cards; nothing for T-Head and Hygon cards, whose hand-off is nodes only."""
 
-        def vendors(state: SimState) -> list[str]:
-            return [profiles.model(_card(state, c.index, "allocate", NotFoundError).model).vendor
-                    for c in cards]
-
-        found = self._transact("allocate", vendors)
+        found = [profiles.model(self._model_of(c.index, "allocate")).vendor for c in cards]
         shown = [c for c, v in zip(cards, found, strict=True) if v == "nvidia"]
         return nvidia_card_edits(shown) if shown else ContainerEdits()
 
