@@ -112,16 +112,18 @@ class Path:
 # services make are asserted in tests/allocator/test_round_trips.py). HTTP to the API server
 # (the delete, the watches, the slice writes) is not in a floor: these are lower bounds.
 PATHS = {
-    # kubelet's call, the Pod lookup and one claims read, two claim writes and their two events
-    "allocate": Path(grpc=1, requests=2, writes=4),
+    # kubelet's call, the Pod lookup, two claim writes (the claims come from the allocator's
+    # views, and the two events follow the reply: neither is waited for)
+    "allocate": Path(grpc=1, requests=1, writes=2),
     # PodGone stored, delivered to the reclaimer, the card read, `releasing` written
     "destroyed": Path(requests=2, writes=2),
     # ... then `removed` written and announced, the allocator woken, ListAndWatch sent
     "advertised": Path(grpc=1, requests=3, writes=4),
     # the Allocate of the replacement (scheduling, binding and the kubelet's sync are HTTP)
-    "admitted": Path(grpc=1, requests=2, writes=4),
-    # NodePrepareResources, one claims read, `creating` written and announced, `active` written
-    "prepare": Path(grpc=1, requests=1, writes=3),
+    "admitted": Path(grpc=1, requests=1, writes=2),
+    # NodePrepareResources, `creating` and `active` written (the claims from the views, the
+    # events after the answer)
+    "prepare": Path(grpc=1, writes=2),
     # PodGone stored and delivered, the card read, released, removed and announced, the
     # allocator woken (the slice writes themselves are HTTP)
     "republished": Path(requests=3, writes=4),

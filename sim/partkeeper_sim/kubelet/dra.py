@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +56,15 @@ class Worker:
     cdi: dict[str, list[str]] = field(default_factory=dict)  # container -> CDI ids
 
 
+# Per claim entry of a Pod: the claim's UID, and the (driver, ref) pairs to prepare it with.
+Entries = dict[str, tuple[str, Any]]
+
+
 class DraKubelet:
     def __init__(self, registry_dir: Path, source: PodSource, api_client: client.ApiClient, *,
                  node: str, termination_delay: float = 0.0, poll: float = 0.05,
                  retry: float = 0.1, wipe_delay: float = WIPE_DELAY) -> None:
         self.source = source
-        self.core = client.CoreV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
         self.registry = DraPlugins(registry_dir, node, api_client, poll=poll,
                                    wipe_delay=wipe_delay)
@@ -118,7 +122,9 @@ class DraKubelet:
                 worker.pod = pod
                 worker.stop.set()
             return
-        if worker is None and pod.phase == "Pending":
+        if worker is not None:
+            worker.pod = pod  # the next attempt reads the claims' names from the newest copy
+        elif pod.phase == "Pending":
             worker = Worker(pod)
             worker.task = asyncio.create_task(self._run(worker), name=f"sim-kubelet dra {pod.key}")
             self.workers[pod.uid] = worker
@@ -148,15 +154,16 @@ class DraKubelet:
             worker.error = f"reading the Pod's claims failed: {exc}"
             return False
 
-    async def _read(self, pod: PodView) -> tuple[dict[str, Any], dict[str, tuple[str, Any]]] | None:
+    async def _read(self, pod: PodView) -> tuple[Mapping[str, Any], Entries] | None:
         """The Pod and, per claim entry, (claim UID, (driver, ref) list); None while a claim is
-        not made or not allocated yet."""
-        raw = await asyncio.to_thread(self.core.read_namespaced_pod, pod.name, pod.namespace,
-                                      _preload_content=False)
-        body = json.loads(raw.data)
+        not made or not allocated yet. The Pod is the watched copy, as kubelet's DRA manager
+        takes it from the pod manager (pkg/kubelet/cm/dra/manager.go, `prepareResources`:
+        `resourceclaim.Name(pod, ...)` on the Pod it was handed); each claim is read from the
+        API server, as it `Get`s them."""
+        body = pod.manifest
         statuses = {s.get("name"): s.get("resourceClaimName")
                     for s in (body.get("status") or {}).get("resourceClaimStatuses") or []}
-        found: dict[str, tuple[str, Any]] = {}
+        found: Entries = {}
         for entry in (body.get("spec") or {}).get("resourceClaims") or []:
             name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
             if not name:

@@ -39,6 +39,9 @@ class PodView:
     phase: str = "Pending"
     deletion_requested: bool = False
     created: str = ""
+    # The object as the Pod watch delivered it: what kubelet's pod managers hand its DRA
+    # manager, which reads the claim entries and statuses from it rather than GETting the Pod.
+    manifest: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -130,6 +133,7 @@ def pod_from_manifest(obj: Mapping[str, Any]) -> PodView:
         phase=status.get("phase") or "Pending",
         deletion_requested=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp") or ""),
+        manifest=obj,
     )
 
 
