@@ -10,7 +10,6 @@ deploy/components/dra/deviceclass.yaml would.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from partkeeper.dra import DRIVER
+from partkeeper.lifecycle import cancel_all
 from partkeeper_sim.kubelet.cluster import ClusterPodSource
 from partkeeper_sim.kubelet.dra import DraKubelet
 from partkeeper_sim.kubelet.node import NoDevices, node_status
@@ -60,8 +60,6 @@ async def run(node: str, kubeconfig: Path, kubelet_root: Path, stop: asyncio.Eve
             async with kubelet, node_status(node, kubeconfig, NoDevices()):
                 await stop.wait()
         finally:
-            scheduler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scheduler
+            await cancel_all([scheduler])
     finally:
         api_client.close()

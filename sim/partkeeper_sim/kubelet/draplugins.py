@@ -31,6 +31,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from partkeeper.kubelet import dra_registration_pb2, dra_registration_pb2_grpc, open_unix_channel
+from partkeeper.lifecycle import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,7 @@ class DraPlugins:
                 await self._scan()
                 await asyncio.sleep(self.poll)
         finally:
-            for task in self._wipes.values():
-                task.cancel()
-            await asyncio.gather(*self._wipes.values(), return_exceptions=True)
+            await cancel_all(self._wipes.values())
 
     async def wipe(self, driver: str) -> None:
         """Delete this node's slices (of `driver`, or of every driver for "")."""

@@ -31,6 +31,7 @@ from partkeeper.kubelet import (
     unix_target,
     wait_ready,
 )
+from partkeeper.lifecycle import cancel_all
 from partkeeper.telemetry.grpc import outgoing_metadata
 from partkeeper_sim.kubelet.pods import is_extended_resource
 
@@ -179,9 +180,9 @@ class PluginRegistry(deviceplugin_pb2_grpc.RegistrationServicer):
         if self._server is not None:
             await self._server.stop(grace=None)
             self._server = None
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # cancel_all cancels again until each has ended: grpc.aio can swallow a cancel that
+        # lands in a call (grpc/grpc#43502), and a restart waited for ever on one.
+        await cancel_all(self._tasks)
         for endpoint in self.endpoints.values():
             await endpoint.close()
         self.endpoints.clear()
