@@ -117,6 +117,7 @@ class Recompute:
         """Touch when the cards' instances differ from the ones last advertised: instances made
         or destroyed outside partkeeper change no claim, so nothing else would notice."""
         async def poll() -> None:
+            await self.ctx.settled()  # an enumeration now would hold up an Allocate's create
             # A card that cannot be read is the recompute's to report; the poll only looks again.
             with contextlib.suppress(SnapshotError):
                 current = await read_instances(self.ctx)
