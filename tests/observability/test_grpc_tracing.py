@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc as pb_grpc
 from partkeeper.telemetry.grpc import ServerTracing, carrier_of, outgoing_metadata
+from tests_support import until
 
 ALLOCATE = "v1beta1.DevicePlugin/Allocate"
 
@@ -76,8 +77,14 @@ def allocate(*ids: str) -> pb.AllocateRequest:
     return pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
 
 
-def named(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
-    (span,) = [s for s in exporter.get_finished_spans() if s.name == name]
+async def named(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
+    """The one finished span called `name`. The server's span ends after the status has gone to
+    the client (an abort answers first, then unwinds the handler), so the test waits for it."""
+    def found() -> list[ReadableSpan]:
+        return [s for s in exporter.get_finished_spans() if s.name == name]
+
+    await until(found, f"the span {name} ended")
+    (span,) = found()
     return span
 
 
@@ -86,7 +93,7 @@ async def test_an_rpc_without_a_caller_context_starts_a_trace_its_handler_contin
 ) -> None:
     _, exporter = spans
     await stub.Allocate(allocate("t0"), timeout=10)
-    server, inner = named(exporter, ALLOCATE), named(exporter, "claim")
+    server, inner = await named(exporter, ALLOCATE), await named(exporter, "claim")
     assert server.kind is SpanKind.SERVER and server.parent is None
     assert dict(server.attributes or {}) == {
         "rpc.system": "grpc", "rpc.service": "v1beta1.DevicePlugin", "rpc.method": "Allocate",
@@ -104,7 +111,7 @@ async def test_the_callers_traceparent_is_continued(
     with provider.get_tracer("kubelet").start_as_current_span("admit") as caller:
         await stub.Allocate(allocate("t0"), metadata=outgoing_metadata([("x-a", "b")]),
                             timeout=10)
-    server = named(exporter, ALLOCATE)
+    server = await named(exporter, ALLOCATE)
     assert server.context.trace_id == caller.get_span_context().trace_id
     assert server.parent is not None
     assert server.parent.span_id == caller.get_span_context().span_id
@@ -123,11 +130,11 @@ async def test_a_failed_rpc_marks_its_span_an_error_with_the_code(
     with pytest.raises(grpc.aio.AioRpcError) as failed:
         await stub.Allocate(allocate(device), timeout=10)
     assert failed.value.code() is code
-    server = named(exporter, ALLOCATE)
+    server = await named(exporter, ALLOCATE)
     assert (server.attributes or {})["rpc.grpc.status_code"] == code.value[0]
     assert server.status.status_code is StatusCode.ERROR
     assert fragment in (server.status.description or "")
-    parent = named(exporter, "claim").parent
+    parent = (await named(exporter, "claim")).parent
     assert parent is not None and parent.span_id == server.context.span_id
 
 
@@ -137,7 +144,7 @@ async def test_a_server_stream_is_one_span_lasting_the_stream(
     _, exporter = spans
     received = [r async for r in stub.ListAndWatch(pb.Empty(), timeout=10)]
     assert [r.devices[0].health for r in received] == ["Healthy", "Unhealthy"]
-    server = named(exporter, "v1beta1.DevicePlugin/ListAndWatch")
+    server = await named(exporter, "v1beta1.DevicePlugin/ListAndWatch")
     assert server.kind is SpanKind.SERVER
     assert (server.attributes or {})["rpc.grpc.status_code"] == 0
 
