@@ -129,11 +129,13 @@ class Allocator:
         async with self._choosing:
             with _tracer.start_as_current_span("claims read"):
                 known = await self._claims(views=True)
-                if not known.fresh and retry.existing(known.claims, offer.resource, ids):
+                claims = known.claims
+                group = retry.existing(claims, offer.resource, ids)
+                if group and not known.fresh:
                     # Tokens some claim carries: a retry, or handed on. Judged on a fresh read.
                     known = await self._claims()
-            claims = known.claims
-            group = retry.existing(claims, offer.resource, ids)
+                    claims = known.claims
+                    group = retry.existing(claims, offer.resource, ids)
             if group:
                 holder = await reuse.judge(self.ctx, group)
                 if holder is not reuse.Holder.RETRY:
