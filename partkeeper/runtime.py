@@ -19,7 +19,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from partkeeper import backoff, bus, drivers
+from partkeeper import backoff, bus, drivers, heap
 from partkeeper.config import Config, load
 from partkeeper.drivers import Driver
 from partkeeper.errors import StartupError
@@ -78,15 +78,23 @@ async def _main(name: str, config: Config, body: ServiceBody) -> None:
             return body(config, nc, ready=ready)
 
         beat = asyncio.create_task(HEALTH.beat(), name=f"{name}-heartbeat")
+        frozen = asyncio.create_task(_freeze_when_ready(name, ready), name=f"{name}-heap")
         with (
             HEALTH.condition("nats", lambda: nc.is_connected),
             HEALTH.condition(name, ready.is_set),
         ):
             await supervise(name, start, stop)
-        await cancel_all((beat,))
+        await cancel_all((beat, frozen))
     finally:
         with contextlib.suppress(Exception):
             await nc.drain()
+
+
+async def _freeze_when_ready(name: str, ready: asyncio.Event) -> None:
+    """Once the first start is done, what it built is the process's for good (`heap`)."""
+    await ready.wait()
+    log.info("%s ready; %d objects of its start exempted from garbage collection", name,
+             heap.freeze_startup())
 
 
 async def supervise(name: str, body: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import selectors
 import signal
@@ -33,6 +34,28 @@ async def test_a_failing_body_is_started_again_until_stopped(monkeypatch) -> Non
     async with asyncio.timeout(30):
         await runtime.supervise("gc", body, stop)
     assert starts == 3
+
+
+async def test_what_a_service_built_until_ready_is_exempted_from_collection() -> None:
+    # A full collection walks every object the process holds; the start's (modules, clients,
+    # configuration) stay for the life of the process and are moved out of its reach once the
+    # body says it is ready, and not before (partkeeper/heap.py).
+    gc.unfreeze()
+    ready = asyncio.Event()
+    freezing = asyncio.create_task(runtime._freeze_when_ready("allocator", ready))
+    try:
+        built = ["the start's state"]
+        await asyncio.sleep(0)
+        assert gc.get_freeze_count() == 0, "frozen before the service was ready"
+        ready.set()
+        await asyncio.wait_for(freezing, 5)
+        later = ["made while serving"]
+        walked = {id(o) for o in gc.get_objects()}
+        assert id(built) not in walked, "the start's objects are still walked by collections"
+        assert id(later) in walked, "what the service makes afterwards is collected as usual"
+    finally:
+        freezing.cancel()
+        gc.unfreeze()
 
 
 async def test_a_start_up_error_ends_the_service() -> None:
