@@ -97,7 +97,7 @@ class Serialised:
 class Durations(SpanExporter):
     """Each finished span's name and duration, nothing else. Keeping the spans themselves (the
     SDK's InMemorySpanExporter) kept some 3,300 spans alive per 300 calls; the collector then
-    paused the calls it fell in, 2-7 ms for a young generation and 70-80 ms for the oldest, and
+    paused the calls it fell in, 2-7 ms for a young generation and 70-82 ms for the oldest, and
     the figures measured the benchmark's own memory."""
 
     def __init__(self) -> None:
