@@ -206,6 +206,12 @@ class Config:
     stream_replicas: int = setting(
         "PK_STREAM_REPLICAS", "replicas of the streams and buckets `partkeeper provision` creates",
         integer(minimum=1), 1, shown="`1` (3 in `deploy/`)")
+    store_bytes: int = setting(
+        "PK_STORE_BYTES",
+        "bytes all streams and buckets together may hold (`partkeeper provision` shares them out; "
+        "[operations.md](operations.md), Sizing); the server's and the account's JetStream file "
+        "store must allow at least this times `PK_STREAM_REPLICAS`", integer(minimum=1 << 24),
+        4 * 1024**3, shown="`4294967296` (4 GiB)")
     slices_per_card: int = setting(
         "PK_SLICES_PER_CARD", "logical slices offered per sliced card", integer(minimum=1), 4)
     slice_limiter: Literal["none", "hami-core"] = setting(

@@ -19,6 +19,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from partkeeper.bus.connection import credentials
 from partkeeper.bus.kv import Bucket
+from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import ConfigError, load
 from schemas import CardClaims, NodeCapacity, SchemaError, decode
@@ -29,6 +30,7 @@ from schemas.names import (
     SERVICE_RECLAIMER,
     SERVICE_WATCHER,
     capacity_key,
+    encode_token,
 )
 
 MICRO_SERVICES = (SERVICE_WATCHER, SERVICE_ALLOCATOR, SERVICE_RECLAIMER)
@@ -111,7 +113,9 @@ async def gather(
         nc = await asyncio.wait_for(
             nats.connect(
                 servers=list(urls), connect_timeout=timeout, max_reconnect_attempts=0,
-                allow_reconnect=False, error_cb=quiet, **(auth or {}),
+                allow_reconnect=False, error_cb=quiet,
+                # the operators' inbox: the services answer there and nowhere else
+                inbox_prefix=inbox_prefix(ADMIN, encode_token(node)), **(auth or {}),
             ),
             timeout * 2,
         )

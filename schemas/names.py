@@ -25,8 +25,12 @@ SERVICE_ALLOCATOR = "pk-allocator"
 SERVICE_WATCHER = "pk-watcher"
 SERVICE_RECLAIMER = "pk-reclaimer"
 
-# Partition-stream token for events that belong to the node rather than to one card.
+# Partition-stream token for events that belong to the node rather than to one card: the
+# allocator's (AllocateRefused). The GC announces collected working directories under its own
+# token, so the watcher can tell who said what and the GC cannot speak for the allocator. Card
+# tokens are the decimal index, so neither collides with a card.
 NODE_SCOPE = "node"
+GC_SCOPE = "gc"
 
 
 class TokenError(ValueError):
@@ -90,6 +94,11 @@ def parts_subject(node: str, card: int | None) -> str:
     return f"pk.parts.{encode_token(node)}.{scope}"
 
 
+def gc_parts_subject(node: str) -> str:
+    """The GC's audit subject (WorkdirCollected)."""
+    return f"pk.parts.{encode_token(node)}.{GC_SCOPE}"
+
+
 def parts_filter(node: str) -> str:
     return f"pk.parts.{encode_token(node)}.*"
 
@@ -145,12 +154,26 @@ def capacity_key(node: str) -> str:
 # --- configurations as data ---------------------------------------------------------------------
 
 
+# The largest message any stream or bucket takes (its `max_msg_size`, a bucket's value size):
+# the largest we write is a Pod record or a PodSeen of a Pod with many containers, a few KiB;
+# the room above is for Pods with hundreds of containers (docs/operations.md, "Sizing").
+MAX_MSG_BYTES = 256 * 1024
+# What all streams and buckets together may hold by default (`PK_STORE_BYTES`), shared out by
+# each spec's `share` (permille); docs/operations.md, "Sizing", states the fleet it serves.
+STORE_BYTES = 4 * 1024**3
+
+
+def share_of(store_bytes: int, permille: int) -> int:
+    return store_bytes * permille // 1000
+
+
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
     name: str
     subjects: tuple[str, ...]
     max_age_seconds: float
     duplicate_window_seconds: float = 120.0
+    share: int = 0  # permille of the store bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +181,7 @@ class BucketSpec:
     name: str
     history: int
     description: str
+    share: int = 0  # permille of the store bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,18 +198,21 @@ class ConsumerSpec:
 DAY = 86_400.0
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec(STREAM_PODS, ("pk.pods.>",), max_age_seconds=7 * DAY),
+    StreamSpec(STREAM_PODS, ("pk.pods.>",), max_age_seconds=7 * DAY, share=400),
     # The claims outbox re-sends a transition whose publish may have landed (claims/outbox.py):
     # a re-send within this window is dropped, so it covers a bus outage that long.
     StreamSpec(STREAM_PARTITIONS, ("pk.parts.>",), max_age_seconds=30 * DAY,
-               duplicate_window_seconds=15 * 60.0),
-    StreamSpec(STREAM_DLQ, ("pk.dlq.>",), max_age_seconds=30 * DAY),
+               duplicate_window_seconds=15 * 60.0, share=250),
+    StreamSpec(STREAM_DLQ, ("pk.dlq.>",), max_age_seconds=30 * DAY, share=50),
 )
 
 BUCKETS: tuple[BucketSpec, ...] = (
-    BucketSpec(BUCKET_CLAIMS, history=5, description="claims per card: <node>.<card>"),
-    BucketSpec(BUCKET_PODS, history=1, description="watcher's Pod view: <node>.<uid>"),
-    BucketSpec(BUCKET_CAPACITY, history=1, description="allocator's capacity per node"),
+    BucketSpec(BUCKET_CLAIMS, history=5, description="claims per card: <node>.<card>",
+               share=150),
+    BucketSpec(BUCKET_PODS, history=1, description="watcher's Pod view: <node>.<uid>",
+               share=120),
+    BucketSpec(BUCKET_CAPACITY, history=1, description="allocator's capacity per node",
+               share=30),
 )
 
 CONSUMER = ConsumerSpec()

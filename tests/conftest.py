@@ -17,10 +17,11 @@ import pytest
 from nats.aio.client import Client
 
 from partkeeper.bus import ensure_topology
+from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.config import Config
 from partkeeper_sim.apiserver import ApiServerThread, write_kubeconfig
 from partkeeper_sim.stack.natsserver import NatsServer
-from schemas.names import pods_filter
+from schemas.names import encode_token, pods_filter
 from services.watcher.main import serve
 from services.watcher.tuning import Tuning
 from tests_support import until
@@ -71,8 +72,11 @@ def dmi_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-async def nc(nats_server: NatsServer) -> AsyncIterator[Client]:
-    client = await nats.connect(nats_server.url)
+async def nc(nats_server: NatsServer, node: str) -> AsyncIterator[Client]:
+    """An operator's connection: its inbox is `node`'s admin inbox, the one reply subject
+    (besides the services' own inboxes) that the services answer (bus/rpc.py)."""
+    client = await nats.connect(nats_server.url,
+                                inbox_prefix=inbox_prefix(ADMIN, encode_token(node)))
     yield client
     await client.drain()
 

@@ -13,6 +13,9 @@
 # docs/security.md says the rest.
 set -eu
 
+# the account's JetStream limits (docs/operations.md, Sizing)
+nsc edit account PARTKEEPER --js-disk-storage 5G --js-mem-storage 64M --js-streams 6 --js-consumer 60000
+
 # pk-watcher: the only publisher of Pod events; answers pods.get, pods.states and pods.pending; reads the partition audit log (its Event recorder's durable) and dead-letters there.
 nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-pub 'pk.pods.{{tag(node)}}.*' \
@@ -29,6 +32,10 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.pk.parts.{{tag(node)}}.*' \
   --allow-pub '$JS.API.CONSUMER.MSG.NEXT.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}' \
   --allow-pub '$JS.ACK.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.allocator.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.reclaimer.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.gc.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.admin.>' \
   --allow-sub '_INBOX.{{tag(node)}}.watcher.>' \
   --allow-sub 'pk.{{tag(node)}}.pods.get' \
   --allow-sub 'pk.{{tag(node)}}.pods.states' \
@@ -37,8 +44,7 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \
   --allow-sub '$SRV.INFO' \
   --allow-sub '$SRV.STATS' \
   --allow-sub '$SRV.*.pk-watcher' \
-  --allow-sub '$SRV.*.pk-watcher.*' \
-  --allow-pub-response
+  --allow-sub '$SRV.*.pk-watcher.*'
 
 # pk-allocator: claims (write-ahead) and capacity; asks pods.get, pods.pending and reclaim.now; answers claims.query; publishes claim transitions of this node's cards.
 nsc edit signing-key --account PARTKEEPER --sk generate --role allocator \
@@ -62,15 +68,17 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role allocator \
   --allow-pub '$JS.FC.KV_pk-pods.>' \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.*.pk.parts.{{tag(node)}}.>' \
   --allow-pub '$JS.FC.PK_PARTITIONS.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.gc.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.admin.>' \
   --deny-pub '$JS.API.CONSUMER.CREATE.PK_PARTITIONS.watcher-events-pk_partitions-{{tag(node)}}.>' \
+  --deny-pub 'pk.parts.{{tag(node)}}.gc' \
   --allow-sub '_INBOX.{{tag(node)}}.allocator.>' \
   --allow-sub 'pk.{{tag(node)}}.claims.query' \
   --allow-sub '$SRV.PING' \
   --allow-sub '$SRV.INFO' \
   --allow-sub '$SRV.STATS' \
   --allow-sub '$SRV.*.pk-allocator' \
-  --allow-sub '$SRV.*.pk-allocator.*' \
-  --allow-pub-response
+  --allow-sub '$SRV.*.pk-allocator.*'
 
 # pk-reclaimer: consumes this node's Pod events (its durable), releases and removes claims, asks pods.get, answers reclaim.now, publishes claim transitions and foreign instances of this node's cards, dead-letters under its own name.
 nsc edit signing-key --account PARTKEEPER --sk generate --role reclaimer \
@@ -89,18 +97,21 @@ nsc edit signing-key --account PARTKEEPER --sk generate --role reclaimer \
   --allow-pub '$JS.API.CONSUMER.CREATE.PK_PODS.reclaimer-pk_pods-{{tag(node)}}.pk.pods.{{tag(node)}}.*' \
   --allow-pub '$JS.API.CONSUMER.MSG.NEXT.PK_PODS.reclaimer-pk_pods-{{tag(node)}}' \
   --allow-pub '$JS.ACK.PK_PODS.reclaimer-pk_pods-{{tag(node)}}.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.allocator.>' \
+  --allow-pub '_INBOX.{{tag(node)}}.admin.>' \
+  --deny-pub 'pk.parts.{{tag(node)}}.node' \
+  --deny-pub 'pk.parts.{{tag(node)}}.gc' \
   --allow-sub '_INBOX.{{tag(node)}}.reclaimer.>' \
   --allow-sub 'pk.{{tag(node)}}.reclaim.now' \
   --allow-sub '$SRV.PING' \
   --allow-sub '$SRV.INFO' \
   --allow-sub '$SRV.STATS' \
   --allow-sub '$SRV.*.pk-reclaimer' \
-  --allow-sub '$SRV.*.pk-reclaimer.*' \
-  --allow-pub-response
+  --allow-sub '$SRV.*.pk-reclaimer.*'
 
-# pk-gc: consumes this node's Pod events (its durable), asks pods.get, pods.states and claims.query, announces collected working directories on the node-scope audit subject only; it cannot publish Pod events, claim transitions of a card, or call reclaim.now.
+# pk-gc: consumes this node's Pod events (its durable), asks pods.get, pods.states and claims.query, announces collected working directories on its own audit subject only; it cannot publish Pod events, claim transitions of a card, the allocator's refusals, or call reclaim.now.
 nsc edit signing-key --account PARTKEEPER --sk generate --role gc \
-  --allow-pub 'pk.parts.{{tag(node)}}.node' \
+  --allow-pub 'pk.parts.{{tag(node)}}.gc' \
   --allow-pub 'pk.dlq.{{tag(node)}}.gc' \
   --allow-pub 'pk.{{tag(node)}}.pods.get' \
   --allow-pub 'pk.{{tag(node)}}.pods.states' \

@@ -21,6 +21,8 @@ from schemas.names import (
     BUCKET_CLAIMS,
     BUCKET_PODS,
     BUCKETS,
+    GC_SCOPE,
+    NODE_SCOPE,
     SERVICE_ALLOCATOR,
     SERVICE_RECLAIMER,
     SERVICE_WATCHER,
@@ -34,6 +36,9 @@ NODE = "{node}"
 # node's inbox (`_INBOX.<node token>.<service>`) can fall under this one.
 CLUSTER_SCOPE = "_cluster"
 PROVISION = "provision"
+# Operators' tools (`partkeeper status`, the demo, the `nats` CLI with `--inbox-prefix`) ask a
+# node's services from `_INBOX.<node token>.admin` (DESIGN.md section 4, pk-admin).
+ADMIN = "admin"
 SERVICES = ("watcher", "allocator", "reclaimer", "gc")
 
 TOPOLOGY: tuple[str, ...] = tuple(s.name for s in STREAMS) + tuple(f"KV_{b.name}" for b in BUCKETS)
@@ -53,7 +58,6 @@ class Role:
     summary: str
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
-    allow_responses: bool = False
     deny_publish: tuple[str, ...] = ()  # carved out of `publish` (NATS checks deny after allow)
 
     def render(self, node_token: str) -> Role:
@@ -61,7 +65,6 @@ class Role:
         return Role(self.name, self.user, self.summary,
                     tuple(s.replace(NODE, node_token) for s in self.publish),
                     tuple(s.replace(NODE, node_token) for s in self.subscribe),
-                    self.allow_responses,
                     tuple(s.replace(NODE, node_token) for s in self.deny_publish))
 
 
@@ -104,10 +107,10 @@ def _watch(stream: str, subjects: str) -> tuple[str, ...]:
     filter differs from the subject's, so `*` (any name) reads no other node's subjects. No
     CONSUMER.DELETE or INFO: the watch never asks either, and a consumer it leaves is removed by
     the server after its inactive threshold; a delete grant would need the same `*` and would
-    let the service delete other nodes' consumers. A flow-control request is answered as a reply
-    (allow_responses); a heartbeat that says the consumer stalls names the same subject,
-    `$JS.FC.<stream>.<consumer>.<token>` (nats-server consumer.go), in a header, which is no
-    reply: hence this stream's FC subjects."""
+    let the service delete other nodes' consumers. Flow control is answered on
+    `$JS.FC.<stream>.<consumer>.<token>` (nats-server consumer.go), as the reply of a
+    flow-control message or named in a stalled heartbeat's header: hence this stream's FC
+    subjects (no service has `allow_responses`)."""
     return (f"$JS.API.CONSUMER.CREATE.{stream}.*.{subjects}", f"$JS.FC.{stream}.>")
 
 
@@ -119,6 +122,14 @@ def _inbox(service: str) -> tuple[str, ...]:
     return (f"{inbox_prefix(service, NODE)}.>",)
 
 
+def _answers(*askers: str) -> tuple[str, ...]:
+    """Publish grants on the private inboxes of this node's services that may ask what the role
+    answers, and on the operators' inbox: replies go there and nowhere else. `allow_responses`
+    would let a responder publish on whatever reply subject a request names, a claim key or a
+    stream subject included, and `rpc.serve` drops such a request too (`reply_inboxes`)."""
+    return tuple(f"{inbox_prefix(asker, NODE)}.>" for asker in (*askers, ADMIN))
+
+
 WATCHER = Role(
     "watcher", "pk-watcher",
     "the only publisher of Pod events; answers pods.get, pods.states and pods.pending; reads the "
@@ -128,10 +139,10 @@ WATCHER = Role(
         f"pk.pods.{NODE}.*", f"pk.dlq.{NODE}.watcher-events", f"$KV.{BUCKET_PODS}.{NODE}.>",
         *_look(), *_read(BUCKET_PODS),
         *_durable("watcher-events", STREAM_PARTITIONS, f"pk.parts.{NODE}.*"),
+        *_answers("allocator", "reclaimer", "gc"),
     ),
     subscribe=(*_inbox("watcher"), f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.states",
                f"pk.{NODE}.pods.pending", *_serves(SERVICE_WATCHER)),
-    allow_responses=True,
 )
 
 ALLOCATOR = Role(
@@ -147,12 +158,13 @@ ALLOCATOR = Role(
         *_watch(f"KV_{BUCKET_PODS}", f"$KV.{BUCKET_PODS}.{NODE}.>"),
         # following the audit log (removals.py)
         *_watch(STREAM_PARTITIONS, f"pk.parts.{NODE}.>"),
+        *_answers("gc"),
     ),
     subscribe=(*_inbox("allocator"), f"pk.{NODE}.claims.query", *_serves(SERVICE_ALLOCATOR)),
-    allow_responses=True,
     # its PK_PARTITIONS watch grant covers the watcher's durable there (same node, same subjects)
     deny_publish=(_not_theirs(STREAM_PARTITIONS,
-                              _durable_name("watcher-events", STREAM_PARTITIONS)),),
+                              _durable_name("watcher-events", STREAM_PARTITIONS)),
+                  f"pk.parts.{NODE}.{GC_SCOPE}"),
 )
 
 RECLAIMER = Role(
@@ -165,19 +177,21 @@ RECLAIMER = Role(
         f"$KV.{BUCKET_CLAIMS}.{NODE}.>",
         *_look(), *_read(BUCKET_CLAIMS),
         *_durable("reclaimer", STREAM_PODS, f"pk.pods.{NODE}.*"),
+        *_answers("allocator"),
     ),
     subscribe=(*_inbox("reclaimer"), f"pk.{NODE}.reclaim.now", *_serves(SERVICE_RECLAIMER)),
-    allow_responses=True,
+    # card subjects only: the node-scope subjects are the allocator's and the GC's
+    deny_publish=(f"pk.parts.{NODE}.{NODE_SCOPE}", f"pk.parts.{NODE}.{GC_SCOPE}"),
 )
 
 GC = Role(
     "gc", "pk-gc",
     "consumes this node's Pod events (its durable), asks pods.get, pods.states and claims.query, "
     "announces "
-    "collected working directories on the node-scope audit subject only; it cannot publish Pod "
-    "events, claim transitions of a card, or call reclaim.now",
+    "collected working directories on its own audit subject only; it cannot publish Pod "
+    "events, claim transitions of a card, the allocator's refusals, or call reclaim.now",
     publish=(
-        f"pk.parts.{NODE}.node", f"pk.dlq.{NODE}.gc",
+        f"pk.parts.{NODE}.{GC_SCOPE}", f"pk.dlq.{NODE}.gc",
         f"pk.{NODE}.pods.get", f"pk.{NODE}.pods.states", f"pk.{NODE}.claims.query",
         *_look(), *_durable("gc", STREAM_PODS, f"pk.pods.{NODE}.*"),
     ),
@@ -195,3 +209,16 @@ PROVISIONER = Role(
 ROLES: tuple[Role, ...] = (WATCHER, ALLOCATOR, RECLAIMER, GC, PROVISIONER)
 BY_NAME = {role.name: role for role in ROLES}
 ADMIN_USER = "pk-admin"  # operators, `partkeeper status`, the demo and tests: the whole account
+
+
+def reply_inboxes(request_subject: str) -> tuple[str, ...]:
+    """The reply-subject prefixes a responder on `request_subject` (`pk.<node token>.<verb>`)
+    answers: the private inboxes of the node's services whose role may publish the request, and
+    the operators' `_INBOX.<node token>.admin.`. Empty for a subject no role asks."""
+    parts = request_subject.split(".")
+    if len(parts) < 3 or parts[0] != "pk":
+        return ()
+    token = parts[1]
+    askers = [role.name for role in ROLES if role.name != PROVISION
+              and request_subject in role.render(token).publish]
+    return tuple(f"{inbox_prefix(asker, token)}." for asker in (*askers, ADMIN))

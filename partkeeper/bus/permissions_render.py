@@ -16,6 +16,10 @@ from partkeeper.bus.permissions import ADMIN_USER, NODE, ROLES, Role
 
 SHIPPED_NODE = "sim-node-0"  # compose's simulated node
 ACCOUNT = "PARTKEEPER"
+# The account's JetStream limits (docs/operations.md, Sizing): the file store the default
+# PK_STORE_BYTES (4 GiB) needs with one replica, plus room; no memory streams; the six streams
+# and buckets and nothing else; six streams' consumer limits (topology.MAX_CONSUMERS_PER_STREAM).
+ACCOUNT_LIMITS = {"max_file": "5G", "max_mem": "64M", "max_streams": 6, "max_consumers": 60000}
 
 _CONF_HEADER = """\
 # NATS server configuration for partkeeper: one account, one user per service and one for
@@ -35,7 +39,10 @@ _CONF_HEADER = """\
 # What every service needs besides its own subjects:
 #   _INBOX.<node>.<service>.>  its private inbox (nats-py inbox_prefix): replies to its requests,
 #                       JetStream API replies, pull and KV-watch deliveries; no one else's
-#   allow_responses     answering requests (micro-service endpoints) without a publish grant
+#   _INBOX.<node>.<asker>.>, _INBOX.<node>.admin.>  (publish) where a service that answers
+#                       requests may reply: the inboxes of this node's services that may ask it
+#                       and the operators' inbox; no allow_responses, which would let a
+#                       request's reply subject point a responder at a claim key or a stream
 #   $JS.API.STREAM.INFO.<stream>  the readiness check that provisioning is done; only
 #                       pk-provision may create or update, and no one deletes or purges
 #   $JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<node>.>  KV reads of this node's keys only (the
@@ -66,11 +73,9 @@ def _conf_user(role: Role, password: str) -> str:
     lines += [
         "         subscribe: {allow: [",
         _quoted(role.subscribe, "           "),
-        "         ]}" + ("," if role.allow_responses else ""),
+        "         ]}",
+        "       }}",
     ]
-    if role.allow_responses:
-        lines.append("         allow_responses: true")
-    lines.append("       }}")
     return "\n".join(lines)
 
 
@@ -89,7 +94,8 @@ def nats_conf(node_token: str, passwords: Mapping[str, str], *, header: str = _C
         users += ["", _conf_user(role.render(node_token), passwords[role.user])]
     store = "jetstream {\n  max_memory_store: 256MB\n  max_file_store: 8GB\n}\n\n" if jetstream \
         else ""
-    return (f"{header}\n{store}accounts {{\n  {ACCOUNT} {{\n    jetstream: enabled\n"
+    limits = ", ".join(f"{k}: {v}" for k, v in ACCOUNT_LIMITS.items())
+    return (f"{header}\n{store}accounts {{\n  {ACCOUNT} {{\n    jetstream: {{{limits}}}\n"
             "    users: [\n" + "\n".join(users) + "\n    ]\n  }\n}\n")
 
 
@@ -130,7 +136,9 @@ def helm_accounts(node_token: str = SHIPPED_NODE) -> str:
                   f"        secretKeyRef: {{name: partkeeper-nats-passwords, key: "
                   f"{user.removeprefix('pk-')}}}"]
     lines += ["config:", "  merge:", "    accounts:", f"      {ACCOUNT}:",
-              "        jetstream: enabled", "        users:",
+              "        jetstream:",
+              *(f"          {k}: {v}" for k, v in ACCOUNT_LIMITS.items()),
+              "        users:",
               "        # Operators (`nats` CLI, `partkeeper status`): everything in the account.",
               f"        - user: {ADMIN_USER}",
               f"          password: << ${_env_name(ADMIN_USER)} >>",
@@ -146,8 +154,6 @@ def helm_accounts(node_token: str = SHIPPED_NODE) -> str:
             lines += ["              deny:", *_yaml_list(role.deny_publish, "              ")]
         lines += ["            subscribe:", "              allow:",
                   *_yaml_list(role.subscribe, "              ")]
-        if role.allow_responses:
-            lines.append("            allow_responses: true")
     return "\n".join(lines) + "\n"
 
 
@@ -173,7 +179,11 @@ set -eu
 
 def signing_keys() -> str:
     """`nsc edit signing-key` commands, one scoped key per role (`--role`)."""
-    lines = [_NSC_HEADER.rstrip("\n")]
+    lines = [_NSC_HEADER.rstrip("\n"), "",
+             "# the account's JetStream limits (docs/operations.md, Sizing)",
+             f"nsc edit account {ACCOUNT} --js-disk-storage {ACCOUNT_LIMITS['max_file']} "
+             f"--js-mem-storage {ACCOUNT_LIMITS['max_mem']} --js-streams "
+             f"{ACCOUNT_LIMITS['max_streams']} --js-consumer {ACCOUNT_LIMITS['max_consumers']}"]
     for role in ROLES:
         rendered = role.render(TAG)
         lines += ["", f"# {role.user}: {role.summary}.",
@@ -181,8 +191,6 @@ def signing_keys() -> str:
         args = [f"  --allow-pub '{s}'" for s in rendered.publish]
         args += [f"  --deny-pub '{s}'" for s in rendered.deny_publish]
         args += [f"  --allow-sub '{s}'" for s in rendered.subscribe]
-        if role.allow_responses:
-            args.append("  --allow-pub-response")
         lines += [a + " \\" for a in args[:-1]] + [args[-1]]
     return "\n".join(lines) + "\n"
 
@@ -195,8 +203,9 @@ def parse_signing_keys(text: str) -> dict[str, Role]:
         pub = tuple(p.split("'")[0] for p in block.split("--allow-pub '")[1:])
         sub = tuple(p.split("'")[0] for p in block.split("--allow-sub '")[1:])
         deny = tuple(p.split("'")[0] for p in block.split("--deny-pub '")[1:])
-        found[name] = Role(name, f"pk-{name}", "", pub, sub, "--allow-pub-response" in block,
-                           deny)
+        if "--allow-pub-response" in block:
+            raise ValueError(f"role {name} lets its responders reply to any subject")
+        found[name] = Role(name, f"pk-{name}", "", pub, sub, deny)
     return found
 
 

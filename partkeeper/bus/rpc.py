@@ -5,6 +5,13 @@ version; an unknown `v`: refused) and answers an error with the micro error head
 body `{"error": str, "code": int}`, so a person asking with the `nats` CLI reads why. Client side,
 `request` raises only `Unanswered` (no responders, a timeout, not connected, an error reply, an
 unreadable reply); the typed clients in `partkeeper.bus.clients` are the way services ask.
+
+A responder answers only a reply subject under the private inbox of one of its node's services
+whose role may ask (bus/permissions.py `reply_inboxes`) or under the operators'
+`_INBOX.<node token>.admin.`. Anything else, a claim key or a stream subject, would turn the answer
+into a write there on the asker's behalf: such a request is dropped, counted
+(`partkeeper_requests_dropped_total`) and logged once per endpoint, so a server whose
+configuration still had `allow_responses` stays safe.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER, Request
 from nats.micro.service import EndpointConfig, Service
 from opentelemetry.trace import SpanKind
 
-from partkeeper.telemetry import tracing
+from partkeeper.bus.permissions import reply_inboxes
+from partkeeper.telemetry import metrics, tracing
 from schemas import SchemaError, decode, decode_request, encode
 
 log = logging.getLogger(__name__)
@@ -85,8 +93,22 @@ async def serve(
 
 def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
     tracer = tracing.tracer(__name__)
+    inboxes = reply_inboxes(endpoint.subject)
+    dropped = metrics.REQUESTS_DROPPED.labels(endpoint=endpoint.name)
+    logged = False
 
     async def handle(req: Request) -> None:
+        nonlocal logged
+        reply = req._msg.reply or ""  # nats-py's micro Request exposes no reply subject
+        if not any(reply.startswith(inbox) and len(reply) > len(inbox) for inbox in inboxes):
+            dropped.inc()
+            if not logged:
+                logged = True
+                log.warning("%s: dropped a request whose reply subject %r is no inbox that may "
+                            "ask (%s); not answering it, nor logging the next ones (counted in "
+                            "partkeeper_requests_dropped_total)", endpoint.name, reply[:200],
+                            ", ".join(f"{p}>" for p in inboxes) or "none")
+            return
         with tracing.span_from(
             req.headers, f"serve {endpoint.name}", kind=SpanKind.SERVER, tracer=tracer
         ):

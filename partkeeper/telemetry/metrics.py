@@ -77,6 +77,11 @@ SLICE_LIMITER = Gauge(
     "partkeeper_slice_limiter_info", "Always 1; the labels say who enforces logical slices "
     "(`limiter` none or hami-core) and whether it does (`enforced`)", ["limiter", "enforced"],
 )
+REQUESTS_DROPPED = Counter(
+    "partkeeper_requests_dropped_total", "Requests a service left unanswered because their reply "
+    "subject is no inbox of an asker the permissions name (a reply there would be a write)",
+    ["endpoint"],
+)
 POD_EVENTS = Counter("partkeeper_pod_events_total", "Pod events published", ["type"])
 KUBE_EVENTS = Counter(
     "partkeeper_kube_events_total",

@@ -22,7 +22,7 @@ from partkeeper.bus import publish
 from partkeeper.config import Config
 from partkeeper.telemetry import logs, metrics
 from schemas import PodsGetReply, WorkdirCollected, validate_pod_uid
-from schemas.names import parts_subject
+from schemas.names import gc_parts_subject
 from services.gc import ask, decide
 from services.gc.decide import UNANSWERED, Code, Plan, Verdict
 from services.gc.report import Reporter
@@ -166,7 +166,7 @@ class Collector:
         try:
             await backoff.retry(
                 f"publishing WorkdirCollected for Pod {uid}",
-                lambda: publish(self.js, parts_subject(self.node, None), event, msg_id=msg_id),
+                lambda: publish(self.js, gc_parts_subject(self.node), event, msg_id=msg_id),
                 attempts=PUBLISH_ATTEMPTS,
             )
         except Exception as exc:

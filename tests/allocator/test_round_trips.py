@@ -24,6 +24,7 @@ from nats.aio.client import Client
 from opentelemetry import trace
 
 from partkeeper.bus import ensure_topology
+from partkeeper.bus.permissions import inbox_prefix
 from partkeeper.bus.trips import Trips, count, kinds, new_trace
 from partkeeper.drivers import Instance, InstanceSpec
 from partkeeper.drivers.base import ContainerEdits
@@ -32,7 +33,7 @@ from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
 from partkeeper_sim.driver import SimDriver, init_state
 from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import ContainerRequest, PodRecord, encode
-from schemas.names import BUCKET_PODS, pods_key
+from schemas.names import BUCKET_PODS, encode_token, pods_key
 from services.allocator.main import serve as serve_allocator
 from services.allocator.options import Options
 from services.allocator.registration import endpoint_name
@@ -100,8 +101,10 @@ def pod(node: str, i: int) -> PodRecord:
 
 
 @pytest.fixture
-async def counted(nats_server: NatsServer) -> AsyncIterator[Client]:
-    nc = await nats.connect(nats_server.url)
+async def counted(nats_server: NatsServer, node: str) -> AsyncIterator[Client]:
+    # the service's own inbox, the one its peers answer (bus/rpc.py)
+    nc = await nats.connect(nats_server.url,
+                            inbox_prefix=inbox_prefix("allocator", encode_token(node)))
     yield nc
     await nc.close()
 

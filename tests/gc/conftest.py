@@ -15,8 +15,10 @@ import nats
 import pytest
 from nats.aio.client import Client
 
+from partkeeper.bus.permissions import inbox_prefix
 from partkeeper.config import Config
 from partkeeper_sim.stack.natsserver import NatsServer
+from schemas.names import encode_token
 from services.gc import main as gc_main
 from tests_support.gc import FakeAllocator, FakeWatcher
 
@@ -124,7 +126,8 @@ async def start_gc(nats_server: NatsServer, gc_config: Config) -> AsyncIterator[
     running: list[tuple[asyncio.Task[None], Client]] = []
 
     async def start(**kwargs: Any) -> None:
-        client = await nats.connect(nats_server.url)
+        client = await nats.connect(
+            nats_server.url, inbox_prefix=inbox_prefix("gc", encode_token(gc_config.node)))
         ready = asyncio.Event()
         task = asyncio.create_task(gc_main.serve(gc_config, client, ready=ready, **kwargs))
         running.append((task, client))

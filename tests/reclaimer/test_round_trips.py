@@ -19,11 +19,13 @@ from nats.aio.client import Client
 from opentelemetry import trace as otel
 from opentelemetry.sdk.trace import TracerProvider
 
+from partkeeper.bus.permissions import inbox_prefix
 from partkeeper.bus.trips import count, kinds
 from partkeeper.config import Config
 from partkeeper.drivers.base import Instance
 from partkeeper_sim.driver import SimDriver
 from partkeeper_sim.stack.natsserver import NatsServer
+from schemas.names import encode_token
 from services.reclaimer.main import serve
 from tests_support import until
 from tests_support.audit_hold import hold_audit
@@ -47,8 +49,10 @@ ANNOUNCED = {"publish pk.parts": 2}
 
 
 @pytest.fixture
-async def counted(nats_server: NatsServer) -> AsyncIterator[Client]:
-    nc = await nats.connect(nats_server.url)
+async def counted(nats_server: NatsServer, node: str) -> AsyncIterator[Client]:
+    # the service's own inbox, the one its peers answer (bus/rpc.py)
+    nc = await nats.connect(nats_server.url,
+                            inbox_prefix=inbox_prefix("reclaimer", encode_token(node)))
     yield nc
     await nc.close()
 

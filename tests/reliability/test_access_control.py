@@ -93,15 +93,15 @@ async def test_only_the_watcher_publishes_pod_events(server: NatsServer) -> None
 async def test_the_gc_cannot_publish_partition_events_nor_reclaim(server: NatsServer) -> None:
     gc = await as_user(server, "gc")
     try:
-        for subject in (f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.1"):
+        for subject in (f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.1", f"pk.parts.{NODE}.node"):
             await gc.client.publish(subject, b"{}")
             assert await gc.refused("publish", subject), gc.errors
         with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
             await gc.client.request(f"pk.{NODE}.reclaim.now", b"{}", timeout=1.0)
         assert await gc.refused("publish", f"pk.{NODE}.reclaim.now"), gc.errors
-        # What it may do: announce a collected working directory on the node-scope subject.
-        await gc.client.publish(f"pk.parts.{NODE}.node", b"{}")
-        assert not await gc.refused("publish", f"pk.parts.{NODE}.node", ALLOWED_SECONDS), gc.errors
+        # What it may do: announce a collected working directory on its own audit subject.
+        await gc.client.publish(f"pk.parts.{NODE}.gc", b"{}")
+        assert not await gc.refused("publish", f"pk.parts.{NODE}.gc", ALLOWED_SECONDS), gc.errors
     finally:
         await gc.close()
 
@@ -340,9 +340,10 @@ async def _watch_consumers(admin: Client, filter_subject: str) -> list[str]:
 async def test_the_allocators_watch_answers_flow_control_on_its_own_grants(
         server: NatsServer) -> None:
     """A replay of several megabytes (64 Pod records of 128 KiB) comes whole and without a
-    permissions violation: the server's flow-control requests are answered as replies (the role's
-    allow_responses), and a stalled heartbeat's `$JS.FC.KV_pk-pods.<consumer>.<token>` through
-    the stream's own FC grant; without either the replay would stall at its first window."""
+    permissions violation: the server's flow-control requests are answered on
+    `$JS.FC.KV_pk-pods.>` (the role's grant, no allow_responses), as is a stalled
+    heartbeat's `$JS.FC.KV_pk-pods.<consumer>.<token>`; without them the replay would stall at
+    its first window."""
     admin = await nats.connect(server.url, user=ADMIN[0], password=ADMIN[1])
     session = await _as_allocator(server)
     assert session.nc is not None

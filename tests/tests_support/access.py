@@ -82,12 +82,12 @@ async def as_user(server: NatsServer, service: str) -> Session:
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 OWN_EVENTS = {  # what only that service publishes (besides its own dead letters)
     "watcher": [f"pk.pods.{NODE}.{UID}", f"$KV.pk-pods.{NODE}.{UID}"],
-    # the node-scope audit subject is the GC's only one, and where the allocator's refusals and
-    # the reclaimer's node-wide entries go too
+    # the node-scope audit subject is the allocator's (its refusals), the GC has its own; the
+    # allocator and the reclaimer share the card subjects (claim transitions)
     "allocator": [f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.node", f"$KV.pk-claims.{NODE}.0",
                   f"$KV.pk-capacity.{NODE}"],
-    "reclaimer": [f"pk.parts.{NODE}.0", f"pk.parts.{NODE}.node", f"$KV.pk-claims.{NODE}.0"],
-    "gc": [f"pk.parts.{NODE}.node"],
+    "reclaimer": [f"pk.parts.{NODE}.0", f"$KV.pk-claims.{NODE}.0"],
+    "gc": [f"pk.parts.{NODE}.gc"],
 }
 OWN_READS = {
     "watcher": [f"$JS.API.DIRECT.GET.KV_pk-pods.$KV.pk-pods.{NODE}.{UID}"],

@@ -37,7 +37,7 @@ from schemas.names import (
     STREAM_PODS,
     claims_query_subject,
     durable_name,
-    parts_subject,
+    gc_parts_subject,
     pods_get_subject,
     pods_states_subject,
     pods_subject,
@@ -234,7 +234,7 @@ async def collected_event(js: JetStreamContext, node: str, timeout: float = 15) 
 
     async def published() -> bool:
         try:
-            msg = await js.get_last_msg(STREAM_PARTITIONS, parts_subject(node, None))
+            msg = await js.get_last_msg(STREAM_PARTITIONS, gc_parts_subject(node))
         except NotFoundError:
             return False
         assert msg.data is not None, "the last partitions event has no payload"

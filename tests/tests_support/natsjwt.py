@@ -79,8 +79,6 @@ class Operator:
                 pub["deny"] = list(rendered.deny_publish)
             template: dict[str, Any] = {"pub": pub, "sub": {"allow": list(rendered.subscribe)},
                                         **UNLIMITED}
-            if role.allow_responses:
-                template["resp"] = {"max": 1, "ttl": 0}
             keys.append({"kind": "user_scope", "key": _public(self.roles[role.name]),
                          "role": role.name, "template": template})
         limits = {"imports": -1, "exports": -1, "wildcards": True, "conn": -1, "leaf": -1,

@@ -217,11 +217,10 @@ def _no_permission_refused(layout: Layout) -> None:
     """Every service ran inside its NATS user's grants (bus/permissions.py): the server's
     refusals reach the client as `permissions violation` errors, which the services log.
 
-    Not counted: a reply to another service's inbox. `allow_responses` lets a responder publish
-    to the reply subject of a request the server delivered to that connection, and the server
-    keeps that record on the connection (nats-server client.go, the `resp` permissions of the
-    client); a request received just before a NATS restart and answered after the reconnect
-    is therefore refused, and its requester stopped waiting with its own connection anyway."""
+    Not counted: a reply refused on an inbox. Responders publish replies only on the inboxes
+    their role grants (bus/permissions.py `_answers`); a micro discovery request (`$SRV.PING`)
+    from a tool without the operators' inbox prefix is answered by nats-py's micro framework
+    and refused by the server, which is the grant working, not the service failing."""
     for name in SERVICES:
         log = layout.log(name)
         if not log.exists():

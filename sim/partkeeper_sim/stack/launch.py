@@ -20,6 +20,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from partkeeper.bus.permissions import inbox_prefix
 from partkeeper.bus.topology import ProvisionError, provision
 from partkeeper.config import Config, ConfigError, load
 from partkeeper.drivers import profiles
@@ -40,6 +41,7 @@ from schemas.names import (
     SERVICE_WATCHER,
     STREAM_PODS,
     durable_name,
+    encode_token,
 )
 
 NODE = "sim-node-0"
@@ -169,7 +171,8 @@ async def launch(
         await _start_nats(layout, supervisor, port, conf)
     guard = supervisor.guard
     credentials = credentials or (users.logins[ADMIN] if users else None)
-    nc = await guard(readiness.connect_nats(nats_url, *(credentials or ())),
+    nc = await guard(readiness.connect_nats(nats_url, *(credentials or ()),
+                                            inbox=inbox_prefix(ADMIN, encode_token(NODE))),
                      timeout=NATS_READY_SECONDS, what="the NATS server", log=layout.log("nats"))
     try:
         await _provision(layout, supervisor, provisioning)

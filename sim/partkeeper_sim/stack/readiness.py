@@ -29,8 +29,11 @@ async def _pause(attempt: int) -> None:
     await asyncio.sleep(backoff.delay(attempt, base=0.05, cap=1.0))
 
 
-async def connect_nats(url: str, user: str = "", password: str = "") -> Client:
-    """A connection to the embedded server(s) (`url` comma separated), once one accepts it."""
+async def connect_nats(url: str, user: str = "", password: str = "", *,
+                       inbox: str | None = None) -> Client:
+    """A connection to the embedded server(s) (`url` comma separated), once one accepts it;
+    `inbox` is the inbox prefix (the operators' one of the node: the services answer only
+    there)."""
 
     async def quiet(exc: Exception) -> None:
         """Connection errors while the server starts are expected; the guard reports a failure."""
@@ -43,6 +46,7 @@ async def connect_nats(url: str, user: str = "", password: str = "") -> Client:
                 servers=url.split(","), connect_timeout=1.0, allow_reconnect=True,
                 max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=quiet,
                 name="partkeeper-up", user=user or None, password=password or None,
+                **({"inbox_prefix": inbox} if inbox else {}),
             )
         except (OSError, nats.errors.Error, TimeoutError):
             await _pause(attempt)
