@@ -1,4 +1,11 @@
-"""Encoding and strict decoding. Anything unknown or malformed raises one error: SchemaError."""
+"""Encoding and strict decoding. Anything unknown or malformed raises one error: SchemaError.
+
+One decode contract for every message and request: a body larger than `MAX_BYTES` or nested
+deeper than `MAX_DEPTH` is refused before the decoder sees it (msgspec recurses on the C stack
+and raises RecursionError a few thousand levels down, which nothing would map to a schema
+error: a few KB of valid JSON restarted services), and whatever else goes wrong while decoding
+(not JSON, not UTF-8, wrong types, unknown version) is the same SchemaError.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,17 @@ from typing import Any, TypeVar, overload
 
 import msgspec
 
+from schemas.names import MAX_MSG_BYTES
 from schemas.version import SUPPORTED
 
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
+
+MAX_BYTES = MAX_MSG_BYTES  # what a stream or bucket takes (names.MAX_MSG_BYTES)
+# The deepest any contract message nests is 4 (a reply's list of claims' lists); room for more.
+MAX_DEPTH = 32
+_OPENERS = (ord("["), ord("{"))
 
 
 class SchemaError(ValueError):
@@ -49,10 +62,43 @@ def decode_request(data: bytes | str, kind: type[T], *, what: str = "request") -
     return decoded
 
 
+def check_bounds(data: bytes | str, *, what: str = "message") -> None:
+    """Raise SchemaError when `data` is larger than MAX_BYTES or nests deeper than MAX_DEPTH.
+
+    Counting the brackets is enough for nearly every body (fewer than MAX_DEPTH of them cannot
+    nest deeper); only the rest is scanned, skipping strings."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if len(raw) > MAX_BYTES:
+        raise SchemaError(f"{what} is {len(raw)} bytes, more than the {MAX_BYTES} any message "
+                          f"may be")
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return
+    depth = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in _OPENERS:
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SchemaError(f"{what} nests deeper than {MAX_DEPTH} levels")
+        elif byte in (0x5D, 0x7D):  # closing bracket or brace
+            depth -= 1
+
+
 def _decode(data: bytes | str, kind: Any, *, what: str, version_required: bool) -> Any:
+    check_bounds(data, what=what)
     try:
         envelope = msgspec.json.decode(data, type=_Envelope)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError,
+            TypeError) as exc:
         raise SchemaError(f"{what} is not a JSON object: {exc}") from exc
     if envelope.v is None:
         if version_required:
@@ -73,5 +119,5 @@ def _body(data: bytes | str, kind: Any, what: str, envelope: _Envelope) -> Any:
         return msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as exc:
         raise SchemaError(f"{what} (type {envelope.type!r}) is invalid: {exc}") from exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError, ValueError, TypeError) as exc:
         raise SchemaError(f"{what} is not valid JSON: {exc}") from exc

@@ -2,8 +2,12 @@
 
 Handlers raise `Retry` for a temporary failure (nak with backoff) and `Permanent` for a message
 that can never succeed (terminate and copy to PK_DLQ). A message that cannot be decoded is
-permanent. The delivery limit is enforced here rather than by the server, so a message whose
-handler kills the process on every delivery still reaches the dead-letter stream in the end.
+permanent (schemas.codec: one SchemaError for every failure to decode, depth and size bounded
+first); it is dead-lettered once (the copy's `Nats-Msg-Id` names stream, consumer and
+sequence), a body too large to carry replaced by its first bytes, size and hash, and
+terminated (acknowledged for good), so no service restarts over it. The delivery limit is
+enforced here rather than by the server, so a message whose handler kills the process on every
+delivery still reaches the dead-letter stream in the end.
 
 No failure of the bus ends the runner (docs/reliability.md has the table):
 - an ack, nak or term that times out or finds the connection down is logged and left: the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,7 +40,7 @@ from partkeeper import backoff
 from partkeeper.lifecycle import cancel_all, honour_cancel
 from partkeeper.telemetry import metrics, tracing
 from schemas import SchemaError
-from schemas.names import CONSUMER, STREAM_DLQ, ConsumerSpec
+from schemas.names import CONSUMER, MAX_MSG_BYTES, STREAM_DLQ, ConsumerSpec
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -237,6 +242,7 @@ class ConsumerRunner(Generic[T]):
 
     async def _dead_letter(self, msg: Msg, error: str, attempt: int) -> None:
         seq = msg.metadata.sequence.stream
+        body, carried = dead_letter_body(msg.data)
         headers = {
             # Each reader of a stream dead-letters its own copy: the id names the consumer too.
             "Nats-Msg-Id": f"dlq/{self.stream}/{self.durable}/{seq}",
@@ -246,9 +252,10 @@ class ConsumerRunner(Generic[T]):
             "Pk-Consumer": self.durable,
             "Pk-Deliveries": str(attempt),
             "Pk-Error": error[:1000].replace("\n", " "),
+            **carried,
         }
         try:
-            await self.js.publish(self.dlq_subject, msg.data, headers=headers)
+            await self.js.publish(self.dlq_subject, body, headers=headers)
         except Exception as exc:
             # The copy is not durable: keep the original rather than lose it.
             log.error("could not dead-letter %s (%s); will redeliver", msg.subject, _say(exc))
@@ -273,6 +280,26 @@ class ConsumerRunner(Generic[T]):
                         what, msg.subject, _sequence(msg), _say(exc))
             return False
         return True
+
+
+# Room the dead letter's headers take (Pk-Error alone up to 1,000 bytes): a body larger than the
+# stream's largest message less this could never be dead-lettered and would come back forever.
+DEAD_LETTER_HEADROOM = 4096
+DEAD_LETTER_FIRST_BYTES = 1024
+
+
+def dead_letter_body(data: bytes) -> tuple[bytes, dict[str, str]]:
+    """The body a dead letter carries, and headers saying what was left out: the original
+    whole when it fits under `names.MAX_MSG_BYTES` with the headers, else its first
+    `DEAD_LETTER_FIRST_BYTES` with its size and SHA-256 (`Pk-Original-Size`,
+    `Pk-Original-Sha256`, `Pk-Body: first-bytes`)."""
+    if len(data) <= MAX_MSG_BYTES - DEAD_LETTER_HEADROOM:
+        return data, {}
+    return data[:DEAD_LETTER_FIRST_BYTES], {
+        "Pk-Body": "first-bytes",
+        "Pk-Original-Size": str(len(data)),
+        "Pk-Original-Sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def _sequence(msg: Msg) -> str:

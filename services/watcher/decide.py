@@ -22,6 +22,7 @@ from typing import Any
 
 from schemas import PodEvent, PodFinished, PodGone, PodRecord, PodSeen
 from schemas.events import GoneEvidence
+from schemas.names import encode_token
 from schemas.pods import PodState
 from services.watcher.pods import PodFacts, parse_rv
 
@@ -70,10 +71,13 @@ def observation_uid(observation: Observation) -> str:
 
 
 def msg_id(event: PodEvent) -> str:
-    """The de-duplication id naming the fact (docs/protocol.md)."""
+    """The de-duplication id naming the fact (docs/protocol.md), scoped by the node's token:
+    the server de-duplicates across the whole stream, so an id naming only the Pod would let
+    one node's event drop another node's about the same uid."""
+    node = encode_token(event.node)
     if isinstance(event, PodSeen):
-        return f"PodSeen/{event.uid}/{event.resource_version}"
-    return f"{type(event).__name__}/{event.uid}"
+        return f"{node}/PodSeen/{event.uid}/{event.resource_version}"
+    return f"{node}/{type(event).__name__}/{event.uid}"
 
 
 def decide(node: str, record: PodRecord | None, observation: Observation, now: float) -> Decision:

@@ -11,6 +11,12 @@
 A removal without an instance is not a reclaim: it is the allocator undoing a claim it never
 activated (or a crash before anything was created), so the Pod never held that partition.
 
+Who may say it: an entry becomes an Event only from the subject of the service that publishes
+that kind (`scope_of`): `AllocateRefused` on the node scope, which only the allocator may
+publish (the GC has its own subject, the reclaimer is denied it), claim transitions and
+destroy failures on their own card's subject. And only about a Pod the watcher's own view holds
+on this node (recorder.py).
+
 The Event's name is derived from the fact it records, not from the delivery, so the same audit
 entry delivered or published twice names the same Event and the second create is refused by
 the API server as already existing.
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schemas import AllocateRefused, ClaimChanged, DestroyFailed, PartitionEvent
+from schemas.names import NODE_SCOPE, card_token
 from schemas.pods import InvalidPodUID, validate_pod_uid
 
 EventType = Literal["Normal", "Warning"]
@@ -74,6 +81,17 @@ def describe(event: PartitionEvent) -> Note | None:
             f"Allocate of {len(event.device_ids)} {event.resource} refused: {event.reason}",
             f"AllocateRefused/{event.pod_uid}/{event.resource}/{devices}/{event.reason}",
         )
+    return None
+
+
+def scope_of(event: PartitionEvent) -> str | None:
+    """The last token of the subject an entry that becomes an Event must come on (None: it
+    becomes none): the card's own for claim transitions and destroy failures (the allocator's
+    and the reclaimer's), the node scope for refusals (the allocator's alone)."""
+    if isinstance(event, ClaimChanged | DestroyFailed):
+        return card_token(event.card)
+    if isinstance(event, AllocateRefused):
+        return NODE_SCOPE
     return None
 
 

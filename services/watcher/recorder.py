@@ -9,7 +9,13 @@ becomes). An Event is advisory:
 - a create that fails is retried with backoff for a bounded number of deliveries
   (`Tuning.event_attempts`), then logged and acknowledged: it never holds the stream;
 - an entry that names no valid Pod is dead-lettered, one that cannot be decoded too (the
-  runner does that); an entry older than `Tuning.event_max_age` is skipped.
+  runner does that); an entry older than `Tuning.event_max_age` is skipped;
+- an Event is recorded only on a Pod the watcher's own view holds on this node (a tombstone
+  counts: a reclaim ends after its Pod is gone), under the namespace and name the view has, and
+  only from an entry on the subject of the service whose kind of entry it is
+  (kube_events.scope_of). Anything else is counted `refused` and acknowledged: another service
+  of this node cannot make the watcher speak on a Pod of another node, nor the GC for the
+  allocator.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from services.watcher.kube_events import (
     event_name,
     named_pod,
     pod_uid_of,
+    scope_of,
 )
 from services.watcher.tuning import Tuning
 from services.watcher.view import PodView
@@ -88,24 +95,39 @@ class EventRecorder:
             log.info("no %s Event for an audit entry %.0fs old (kept for %.0fs)", note.reason,
                      age, self.tuning.event_max_age, extra={"pod_uid": pod_uid_of(event)})
             return
+        subject_scope = delivery.subject.rsplit(".", 1)[-1]
+        if scope_of(event) != subject_scope or event.node != self.kube.node:
+            self._count(note, "refused")
+            log.warning("no %s Event: a %s about node %s came on %s, which is not its "
+                        "publisher's subject", note.reason, type(event).__name__,
+                        event.node[:100], delivery.subject,
+                        extra={"pod_uid": pod_uid_of(event)})
+            return
         pod = await self._target(event)
         if pod is None:
             self._count(note, "unresolved")
-            log.warning("no %s Event: Pod %s is unknown to the watcher and the audit entry does "
-                        "not name it", note.reason, pod_uid_of(event),
+            log.warning("no %s Event: Pod %s is not one the watcher's view holds on this node "
+                        "under the name the entry gives", note.reason, pod_uid_of(event),
                         extra={"pod_uid": pod_uid_of(event)})
             return
         await self._record(event, note, pod, delivery.attempt)
 
     async def _target(self, event: PartitionEvent) -> PodIdentity | None:
-        """The Pod as the entry names it, else as the view last knew it (tombstones included)."""
+        """The Pod as the view holds it on this node (tombstones included); None when the view
+        does not, or the entry names it otherwise. The names come from the view, never from
+        the entry alone: an entry is what a service of this node says, the view is what the API
+        server said."""
         try:
-            pod = named_pod(event)
+            named = named_pod(event)
         except BadTarget as exc:
             raise Permanent(str(exc)) from exc
-        if pod is not None:
-            return pod
-        return await self.view.settled(pod_uid_of(event))
+        record = await self.view.settled(pod_uid_of(event))
+        if record is None or record.node != self.kube.node:
+            return None
+        if named is not None and (named.namespace, named.name) != (record.namespace,
+                                                                   record.name):
+            return None
+        return record
 
     async def _record(
         self, event: PartitionEvent, note: Note, pod: PodIdentity, attempt: int

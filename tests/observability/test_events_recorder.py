@@ -1,6 +1,7 @@
 """Kubernetes Events from the partition audit log: the watcher in-process, a real nats-server, the
 simulated API server reached by the real client. Entries are published as the allocator and the
-reclaimer publish them (partkeeper.bus.publish)."""
+reclaimer publish them (partkeeper.bus.publish). An Event is recorded only on a Pod the watcher's
+own view holds on this node, so each test's Pod is bound to the node and in the view first."""
 
 from __future__ import annotations
 
@@ -12,12 +13,21 @@ from typing import Any
 import msgspec
 import pytest
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from partkeeper.bus import publish
 from partkeeper_sim.apiserver import ApiServerThread
-from schemas import ForeignFound
-from schemas.names import STREAM_DLQ, STREAM_PARTITIONS, dlq_subject, durable_name, parts_subject
+from schemas import ForeignFound, PodRecord, decode
+from schemas.names import (
+    BUCKET_PODS,
+    STREAM_DLQ,
+    STREAM_PARTITIONS,
+    dlq_subject,
+    durable_name,
+    gc_parts_subject,
+    parts_subject,
+    pods_key,
+)
 from services.watcher.recorder import SERVICE
 from tests_support import until
 from tests_support.entries import MIG, claim, destroy_failed, refused
@@ -43,6 +53,28 @@ async def emit(
     ack = await publish(js, parts_subject(node, getattr(event, "card", None)), event,
                         msg_id=f"{msg_id}/{uuid.uuid4().hex}")
     return ack.seq
+
+
+async def record_of(js: JetStreamContext, node: str, uid: str) -> PodRecord | None:
+    try:
+        entry = await (await js.key_value(BUCKET_PODS)).get(pods_key(node, uid))
+    except KeyNotFoundError:
+        return None
+    return None if entry.value is None else decode(entry.value, PodRecord)
+
+
+async def held(apiserver: ApiServerThread, js: JetStreamContext, node: str,
+               name: str = "train-0", namespace: str = "ml") -> str:
+    """A Pod bound to `node`, once the running watcher's view holds it; its uid."""
+    pod = apiserver.create_pod(pod_manifest(name, node=node), namespace=namespace)
+    uid: str = pod["metadata"]["uid"]
+    await until(lambda: record_of(js, node, uid), f"Pod {uid} in the watcher's view", DEADLINE)
+    return uid
+
+
+async def gone(js: JetStreamContext, node: str, uid: str) -> bool:
+    record = await record_of(js, node, uid)
+    return record is not None and record.state == "gone"
 
 
 async def all_acknowledged(js: JetStreamContext, node: str, seq: int) -> None:
@@ -92,7 +124,7 @@ async def test_the_same_fact_published_twice_records_one_event(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
     await start_watcher(EVENTS_FAST)
-    uid = str(uuid.uuid4())
+    uid = await held(apiserver, js, node)
     active = claim("active", pod_uid=uid)
     await emit(js, node, active, "first")
     last = await emit(js, node, active, "second")  # another msg id: the stream keeps both
@@ -105,7 +137,9 @@ async def test_an_event_is_recorded_for_a_pod_already_gone(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
     await start_watcher(EVENTS_FAST)
-    uid = str(uuid.uuid4())  # never in the API server: deleted before the reclaim finished
+    uid = await held(apiserver, js, node, "done-7", "batch")
+    apiserver.delete_pod("batch", "done-7", grace_period_seconds=0)  # before the reclaim ended
+    await until(lambda: gone(js, node, uid), "the watcher's tombstone", DEADLINE)
     last = await emit(js, node, claim("removed", pod_uid=uid, namespace="batch", name="done-7",
                                       reason="instance destroyed"), "gone")
     await all_acknowledged(js, node, last)
@@ -152,7 +186,7 @@ async def test_a_failed_create_is_retried_until_the_api_server_answers(
 ) -> None:
     await start_watcher(dataclasses.replace(EVENTS_FAST, event_attempts=1000,
                                             event_retry_cap=0.1))
-    uid = str(uuid.uuid4())
+    uid = await held(apiserver, js, node)
     apiserver.set_unavailable(True)
     last = await emit(js, node, claim("active", pod_uid=uid), "r")
     await until(lambda: log_lines(caplog, "not recorded yet"), "a failed create", 20)
@@ -167,7 +201,7 @@ async def test_retries_are_bounded_and_the_entry_is_then_acknowledged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     await start_watcher(EVENTS_FAST)  # 4 deliveries
-    uid = str(uuid.uuid4())
+    uid = await held(apiserver, js, node)
     apiserver.set_unavailable(True)
     last = await emit(js, node, claim("active", pod_uid=uid), "b")
     await all_acknowledged(js, node, last)
@@ -182,7 +216,37 @@ async def test_an_entry_older_than_the_event_ttl_records_nothing(
     apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
 ) -> None:
     await start_watcher(EVENTS_FAST)
-    uid = str(uuid.uuid4())
+    uid = await held(apiserver, js, node)
     last = await emit(js, node, claim("active", pod_uid=uid), "old", age=2 * 3600)
     await all_acknowledged(js, node, last)
     assert ours(apiserver, uid) == []
+
+
+async def test_no_event_on_a_pod_of_another_node_nor_from_another_services_subject(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    """What a service of this node says names a Pod: the watcher speaks only about Pods its own
+    view holds on this node, and only from the subject of the service whose kind of entry it
+    is. A refusal naming another node's Pod (as the GC once could, on the node-scope subject),
+    a refusal on the GC's subject, and a transition of card 1 on card 0's subject record
+    nothing, are acknowledged, and a real one afterwards still is recorded."""
+    other = apiserver.create_pod(pod_manifest("victim", node=f"{node}-other"), namespace="ml")
+    theirs = other["metadata"]["uid"]
+    await start_watcher(EVENTS_FAST)
+    uid = await held(apiserver, js, node)
+    forged = [
+        (parts_subject(node, None), refused(pod_uid=theirs, name="victim")),
+        (parts_subject(node, None), refused(pod_uid=theirs, namespace="", name="")),
+        (gc_parts_subject(node), refused(pod_uid=uid)),
+        (parts_subject(node, 0), claim("active", pod_uid=uid, card=1)),
+        # this node's Pod under another name: the names come from the view
+        (parts_subject(node, None), refused(pod_uid=uid, name="someone-else")),
+    ]
+    for i, (subject, entry) in enumerate(forged):
+        entry = msgspec.structs.replace(entry, node=node, at=time.time())
+        await publish(js, subject, entry, msg_id=f"forged/{i}/{uuid.uuid4().hex}")
+    last = await emit(js, node, refused(pod_uid=uid), "real")
+    await all_acknowledged(js, node, last)
+    assert ours(apiserver, theirs) == []
+    assert [e["reason"] for e in ours(apiserver, uid)] == ["AllocateRefused"]
+    assert len(apiserver.events()) == 1

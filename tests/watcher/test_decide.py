@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import ContainerRequest, PodGone, PodRecord
+from schemas.names import encode_token
 from schemas.pods import PodPhase, PodState
 from services.watcher.decide import Absent, Deleted, Observation, Seen, decide, msg_id
 from services.watcher.pods import PodFacts
@@ -122,9 +123,9 @@ def test_msg_ids_name_the_fact() -> None:
     finished = decide(NODE, None, Seen(facts(6, "Failed"), "list"), 1.0).event
     gone = decide(NODE, None, Deleted(facts(6)), 1.0).event
     assert seen is not None and finished is not None and gone is not None
-    assert msg_id(seen) == f"PodSeen/{UID}/6"
-    assert msg_id(finished) == f"PodFinished/{UID}"
-    assert msg_id(gone) == f"PodGone/{UID}"
+    assert msg_id(seen) == f"{encode_token(NODE)}/PodSeen/{UID}/6"
+    assert msg_id(finished) == f"{encode_token(NODE)}/PodFinished/{UID}"
+    assert msg_id(gone) == f"{encode_token(NODE)}/PodGone/{UID}"
 
 
 # --- hypothesis: truthful observations of one Pod's history, in any order ---------------------

@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 
 from partkeeper.bus import publish
 from schemas import ContainerRequest, PodRecord, decode, encode
-from schemas.names import BUCKET_PODS, DAY, STREAM_PODS, pods_key, pods_subject
+from schemas.names import BUCKET_PODS, DAY, STREAM_PODS, encode_token, pods_key, pods_subject
 from schemas.pods import PodPhase
 from services.watcher.decide import Deleted, Seen, decide, msg_id
 from services.watcher.pods import PodFacts
@@ -50,7 +50,8 @@ async def test_the_event_is_published_and_the_record_persisted(
     decision = await view.apply(Seen(facts(uid, 6), "watch ADDED"))
     assert decision.event is not None
     message = await js.get_last_msg(STREAM_PODS, pods_subject(node, uid))
-    assert message.headers and message.headers["Nats-Msg-Id"] == f"PodSeen/{uid}/6"
+    assert message.headers
+    assert message.headers["Nats-Msg-Id"] == f"{encode_token(node)}/PodSeen/{uid}/6"
     entry = await (await js.key_value(BUCKET_PODS)).get(pods_key(node, uid))
     assert decode(entry.value or b"", PodRecord).state == "live"
     restarted = await view_of(js, node)
@@ -69,6 +70,19 @@ async def test_a_crash_between_publish_and_persist_replays_without_duplicate(
     await view.apply(Seen(facts(uid, 6), "list"))
     assert await stored_count(js, node, uid) == 1
     assert view.get(uid) is not None
+
+
+async def test_one_nodes_event_does_not_drop_anothers_about_the_same_uid(
+    js: JetStreamContext, node: str, uid: str
+) -> None:
+    """The stream de-duplicates by id across every node: two nodes' watchers announcing the
+    same fact about the same uid (a Pod record one of them should never have had, or one
+    node's watcher replaying what it read) must both land, each on its own node's subject."""
+    other = f"{node}-other"
+    await (await view_of(js, other)).apply(Deleted(facts(uid, 7)))
+    await (await view_of(js, node)).apply(Deleted(facts(uid, 7)))
+    assert await stored_count(js, other, uid) == 1
+    assert await stored_count(js, node, uid) == 1
 
 
 async def test_a_second_writer_is_fenced_by_the_revision(
