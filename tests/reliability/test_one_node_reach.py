@@ -30,8 +30,11 @@ from prometheus_client import REGISTRY
 
 from partkeeper.bus import ConsumerRunner, ensure_topology, request, serve
 from partkeeper.bus.consumer import DEAD_LETTER_FIRST_BYTES, Delivery
+from partkeeper.bus.kv import Bucket
 from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.bus.rpc import BAD_REQUEST, Endpoint
+from partkeeper.claims import ClaimsStore, machine
+from partkeeper.claims.store import StoreReadError
 from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import (
     ClaimsQuery,
@@ -355,3 +358,50 @@ async def test_a_push_consumer_delivering_into_another_stream_is_refused(
 async def _subject_count(js: JetStreamContext, stream: str, subject: str) -> int:
     info = await js.stream_info(stream, subjects_filter=subject)
     return (info.state.subjects or {}).get(subject, 0)
+
+
+# -- what the server still writes on a node's behalf ---------------------------------------------
+
+async def _server_answers_into(shipped: NatsServer, admin: Client, key: str) -> None:
+    """The other node's claim document, then a publish of this node's reclaimer onto its own
+    audit subject with the reply subject set to that document's key: the stream's PubAck (an
+    error here, the body being no event) is written there by the server."""
+    js = admin.jetstream()
+    await (await js.key_value(BUCKET_CLAIMS)).put(key, encode(machine.empty(OTHER, 4)))
+    reclaimer = await _as(shipped, "reclaimer")
+    try:
+        await reclaimer.client.publish(f"pk.parts.{NODE}.0", b"{}",
+                                       reply=f"$KV.{BUCKET_CLAIMS}.{key}",
+                                       headers={"Nats-Rollup": "all"})
+        await reclaimer.client.flush()
+    finally:
+        await reclaimer.close()
+
+
+async def test_the_servers_answer_lands_in_another_nodes_key_and_its_reader_refuses_it(
+        shipped: NatsServer, admin: Client) -> None:
+    """A known limit of one shared account (docs/security.md, "What the server still writes
+    for a node"): nats-server writes its own answers (PubAcks, JetStream API responses, pull
+    deliveries) to any reply subject, a stream's included, and NATS has no permission on reply
+    subjects. This test waits for that write; with one account per node it would never come,
+    and the test is to be turned around then. What lands is no document of that node: its
+    claims store refuses to read it (StoreReadError, the card fails closed) rather than adopt
+    it."""
+    key = f"{OTHER}.4"
+    await _server_answers_into(shipped, admin, key)
+    js = admin.jetstream()
+
+    async def written() -> bool:
+        return b"PK_PARTITIONS" in (await _value(js, BUCKET_CLAIMS, key) or b"")
+
+    await until(written, "the stream's answer written into the other node's key")
+    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), OTHER)
+
+    async def refused() -> bool:
+        try:
+            await store.read(4)
+        except StoreReadError:
+            return True
+        return False
+
+    assert await refused()

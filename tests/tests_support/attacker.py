@@ -13,9 +13,20 @@ the fuzz corpus (bench.fuzz's generator, deep nesting, near-limit sizes). Afterw
 - every key of `NODE` still reads as its bucket's document of this node: a key changed by
   anything but its owner's code (a `ClaimsReply` written into a claim key by a responder, a
   rollup's marker) does not;
-- the attacker never writes the keys holding this node's live state with its own credentials
-  (the owner's credentials may overwrite the owner's data: that is no reach beyond the node,
-  docs/security.md), so the Pod lifecycle run after the attack must pass.
+- the attacker writes its own role's keys of this node only with a rollup or purge header,
+  which the server must refuse (with them allowed, one such message empties the bucket of
+  every node's keys); other writes there are the owner's credentials corrupting the owner's
+  own data, no reach beyond the node (docs/security.md), so the Pod lifecycle run after the
+  attack must pass.
+
+Reply subjects from every stream's and bucket's subjects go with requests to our services
+(`pk.<node>.<verb>`) and plain subjects; what the server itself answers (the JetStream API,
+acks, and any publish onto a stream subject, answered with a PubAck) carries the attacker's own
+inbox. The server writes those answers to whatever reply subject the message names, into
+another node's stream or key when it is one, and no NATS permission restrains reply subjects:
+a known limit of one shared account (docs/security.md, "What the server still writes for a
+node"; test_one_node_reach.py holds it, and what the victim does with it: fail closed), not
+something the attacker needs to find again on every seed.
 
 The server's answers are not asserted message by message: refusals arrive as asynchronous
 permission errors and JetStream errors, and what matters is the state afterwards.
@@ -116,6 +127,9 @@ HEADER_CHOICES: tuple[Callable[[random.Random], dict[str, str]], ...] = (
 )
 
 
+ROLLUPS = HEADER_CHOICES[:2]
+
+
 @dataclass
 class Tally:
     sent: Counter[str] = field(default_factory=Counter)
@@ -133,10 +147,10 @@ class Attacker:
         denied = set(role.deny_publish)
         self.subjects = [s for s in role.publish if s not in denied]
         self.replies = reply_subjects()
+        self.inbox = f"{inbox_prefix(service, NODE)}.attack"
 
     def subject(self) -> str:
         pattern = self.r.choice(self.subjects)
-        own_key = pattern.startswith("$KV.")
         out: list[str] = []
         for token in pattern.split("."):
             if token == "*":
@@ -145,11 +159,14 @@ class Attacker:
                 out += [self.r.choice(TOKENS) for _ in range(self.r.randint(1, 2))]
             else:
                 out.append(token)
-        if own_key and out[-1] in LIVE_TOKENS:
-            out[-1] = "7"
-        if pattern == f"$KV.{BUCKET_CAPACITY}.{NODE}":
-            return f"$KV.{BUCKET_CAPACITY}.{NODE}x"  # its own live key: not written (docstring)
         return ".".join(out)
+
+    def reply(self, subject: str) -> str:
+        if self.r.random() < 0.5:
+            return ""
+        if subject.startswith(("$JS.", "$KV.", "pk.pods.", "pk.parts.", "pk.dlq.")):
+            return self.inbox  # the server's own answers: see the module's docstring
+        return self.r.choice(self.replies)
 
     def headers(self) -> dict[str, str] | None:
         if self.r.random() < 0.3:
@@ -195,10 +212,12 @@ class Attacker:
     async def run(self, nc: Client, count: int, tally: Tally) -> None:
         for i in range(count):
             subject = self.subject()
-            reply = self.r.choice(self.replies) if self.r.random() < 0.5 else ""
+            reply = self.reply(subject)
+            headers = self.headers()
+            if subject.startswith("$KV."):  # its own keys: only what the server must refuse
+                headers = {**(headers or {}), **self.r.choice(ROLLUPS)(self.r)}
             try:
-                await nc.publish(subject, self.body(subject), reply=reply,
-                                 headers=self.headers())
+                await nc.publish(subject, self.body(subject), reply=reply, headers=headers)
             except nats.errors.Error as exc:  # a body past the server's max_payload
                 tally.errors[type(exc).__name__] += 1
                 continue
