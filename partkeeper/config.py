@@ -96,10 +96,24 @@ def url_list(name: str, raw: str) -> tuple[str, ...]:
     return urls
 
 
+# nats-server's limit on stream and consumer names (JSMaxNameLen): a durable name carries the
+# node's subject token, and a longer one is refused on every attempt to create it.
+NATS_NAME_LIMIT = 255
+
+
 def node_name(name: str, raw: str) -> str:
+    from schemas.names import DURABLE_SERVICES, STREAMS, durable_name, encode_token
+
     value = raw.strip()
     if not value or len(value) > 253:
         raise ConfigError(f"{name}={value!r} must be 1 to 253 characters")
+    longest = max((durable_name(service, value, stream.name) for service in DURABLE_SERVICES
+                   for stream in STREAMS), key=len)
+    if len(longest) > NATS_NAME_LIMIT:
+        raise ConfigError(
+            f"{name}={value[:60]!r}... cannot name this node on the bus: its subject token "
+            f"({len(encode_token(value))} characters) makes durable consumer names of "
+            f"{len(longest)} characters, and NATS takes at most {NATS_NAME_LIMIT}")
     return value
 
 

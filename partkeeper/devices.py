@@ -138,14 +138,47 @@ def char_major(roots: Roots, name: str) -> int | None:
 
 
 def _node_is(path: Path, major: int, minor: int) -> bool | None:
-    """Whether `path` is that character device (followed, as nvidia-modprobe's stat(2) does):
-    None when nothing is there."""
+    """Whether `path` itself is that character device (lstat: a link is never followed, and is
+    not the node): None when nothing is there."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     device = os.makedev(major, minor)
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == device
+
+
+def _no_link_between(root: Path, path: Path) -> None:
+    """Raise OSError(ELOOP) when a directory between the driver root and `path` is a link: the
+    node would be made wherever it points on the host (the root itself may be one, as
+    /run/nvidia/driver is)."""
+    here = root
+    for part in path.relative_to(root).parts[:-1]:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ELOOP, "a link or no directory stands where a directory must",
+                          str(here))
+
+
+def _set_mode(path: Path, major: int, minor: int, mode: int) -> None:
+    """chmod the node itself, never what a link put there meanwhile points at: opened with
+    O_PATH|O_NOFOLLOW and checked by fstat, its mode set through that descriptor (fchmod takes
+    no O_PATH descriptor; /proc/self/fd/N names exactly the opened inode, and opening the node
+    for reading would call into the driver)."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor)):
+            raise OSError(errno.ELOOP, "not the device node (a link or another file)",
+                          str(path))
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
 
 
 def ensure_node(roots: Roots, path: str, major: int, minor: int, mode: int) -> None:
@@ -154,19 +187,22 @@ def ensure_node(roots: Roots, path: str, major: int, minor: int, mode: int) -> N
     at = Path(roots.host(path))
     what = f"{path} (character device {major}:{minor}, mode {mode:04o}) under {roots.driver_root}"
     try:
+        # Never through a link: not in the directories (the node would be made elsewhere on
+        # the host), not at the node (a link is replaced, never followed, never chmodded).
+        _no_link_between(Path(roots.driver_root), at)
         state = _node_is(at, major, minor)
         if state is False:
-            at.unlink()  # another type or number: nvidia-modprobe removes it and makes it again
+            at.unlink()  # another type or number, or a link: removed and made again
         if not state:
             if not at.parent.is_dir():
                 at.parent.mkdir(mode=CAPS_DIR_MODE, parents=True, exist_ok=True)
+                _no_link_between(Path(roots.driver_root), at)
             try:
                 roots.make_node(str(at), stat.S_IFCHR | mode, os.makedev(major, minor))
             except FileExistsError:
                 if not _node_is(at, major, minor):  # a concurrent hand-over made it first
                     raise
-        if stat.S_IMODE(os.stat(at).st_mode) != mode:
-            os.chmod(at, mode)  # mknod applies the umask; the file's mode is what counts
+        _set_mode(at, major, minor, mode)  # mknod applies the umask; the node's mode counts
     except OSError as exc:
         cause = exc.strerror or str(exc)
         hint = "; the allocator needs CAP_MKNOD" if exc.errno == errno.EPERM else ""

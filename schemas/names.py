@@ -130,6 +130,11 @@ def reclaim_now_subject(node: str) -> str:
 # --- durable consumers and KV keys --------------------------------------------------------------
 
 
+# The services that hold durable consumers, as their durable names begin (the node check at
+# start builds the longest name from them).
+DURABLE_SERVICES = ("watcher-events", "reclaimer", "gc")
+
+
 def durable_name(service: str, node: str, stream: str = STREAM_PODS) -> str:
     """One durable per (service, node, stream); durable names allow '_' and '-' but not '.'."""
     return f"{service}-{stream.lower()}-{encode_token(node)}"

@@ -133,3 +133,22 @@ def test_service_with_bad_config_exits_2_with_one_json_line() -> None:
     assert line["level"] == "error" and line["service"] == "gc"
     assert line["msg"] == ("partkeeper gc: PK_DRIVER='cuda' is not valid; expected one of: "
                            "nvml, hgml, dmi, sim")
+
+
+@pytest.mark.parametrize("node", ["\u00e9" * 40, "_" * 76, "n" * 200 + "." * 20])
+def test_a_node_name_that_cannot_make_durable_names_stops_with_one_sentence(node: str) -> None:
+    """Every non-plain character takes three in the subject token; a token making durable names
+    past nats-server's 255 characters would loop on the server's refusal instead."""
+    with pytest.raises(ConfigError, match="cannot name this node on the bus") as caught:
+        load({"PK_NODE_NAME": node})
+    assert "\n" not in str(caught.value)
+
+
+def test_the_longest_node_name_that_fits_is_accepted() -> None:
+    from schemas.names import durable_name
+
+    fits = "n" * (255 - len("watcher-events-pk_partitions-"))
+    assert len(durable_name("watcher-events", fits, "PK_PARTITIONS")) == 255
+    assert load({"PK_NODE_NAME": fits}).node == fits
+    with pytest.raises(ConfigError):
+        load({"PK_NODE_NAME": fits + "n"})

@@ -97,3 +97,32 @@ def test_a_node_made_meanwhile_by_another_hand_over_is_taken(
 
     ensure_node(Roots(tmp_path, tmp_path, raced), "/dev/nvidia-caps/nvidia-cap4", 235, 4, 0o444)
     assert _char(tmp_path / "dev/nvidia-caps/nvidia-cap4") == (235, 4, 0o444)
+
+
+def test_a_link_at_the_node_is_replaced_never_followed(tmp_path: Path, may_mknod: None) -> None:
+    """A link where the node goes (to a file elsewhere on the host): replaced by the node; the
+    file it pointed at keeps its mode and content."""
+    elsewhere = tmp_path / "host-file"
+    elsewhere.write_text("host")
+    elsewhere.chmod(0o600)
+    caps = tmp_path / "root/dev/nvidia-caps"
+    caps.mkdir(parents=True)
+    (caps / "nvidia-cap12").symlink_to(elsewhere)
+    ensure_node(Roots(tmp_path / "root", tmp_path), "/dev/nvidia-caps/nvidia-cap12", 235, 12,
+                0o444)
+    assert _char(caps / "nvidia-cap12") == (235, 12, 0o444)
+    assert not (caps / "nvidia-cap12").is_symlink()
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o600 and elsewhere.read_text() == "host"
+
+
+def test_a_linked_directory_is_refused_and_nothing_is_made_where_it_points(
+    tmp_path: Path, may_mknod: None
+) -> None:
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (tmp_path / "root/dev").mkdir(parents=True)
+    (tmp_path / "root/dev/nvidia-caps").symlink_to(outside)
+    with pytest.raises(DeviceNodeError, match="nvidia-caps"):
+        ensure_node(Roots(tmp_path / "root", tmp_path), "/dev/nvidia-caps/nvidia-cap12", 235,
+                    12, 0o444)
+    assert list(outside.iterdir()) == []
