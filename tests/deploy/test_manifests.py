@@ -204,6 +204,31 @@ def test_rbac_grants_only_what_is_used(base: list[dict[str, Any]]) -> None:
                       ("", "events", "create"), ("", "nodes", "patch")}
 
 
+def test_a_nodes_token_may_change_only_its_own_node(base: list[dict[str, Any]]) -> None:
+    """RBAC lets the account patch every Node; the ValidatingAdmissionPolicy of the base holds a
+    write to the Node its token is bound to, and to partkeeper.io/ labels and annotations, as
+    the DRA component's policy does for ResourceSlices. Rendered, validated strictly, bound."""
+    policy = next(d for d in base if d["kind"] == "ValidatingAdmissionPolicy"
+                  and d["metadata"]["name"] == "partkeeper-nodes")
+    binding = next(d for d in base if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                   and d["spec"]["policyName"] == "partkeeper-nodes")
+    validate([policy, binding])
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["nodes"] and "UPDATE" in rule["operations"]
+    account = one(base, "ClusterRoleBinding")["subjects"][0]
+    (match,) = spec["matchConditions"]
+    username = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    assert f'"{username}"' in match["expression"]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["tokenNode"]
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    assert "variables.tokenNode == variables.node.metadata.name" in checks
+    assert "partkeeper.io/" in checks and "object.?spec == oldObject.?spec" in checks
+
+
 def _settings(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """The settings ConfigMap (deploy/ also renders the Grafana dashboard's)."""
     return one([d for d in docs if "grafana_dashboard" not in d["metadata"].get("labels", {})],
@@ -280,8 +305,10 @@ def test_dra_component_gives_the_allocator_what_dra_mode_uses(tmp_path: Path) ->
     data = one(docs, "ConfigMap")["data"]
     assert data["PK_MODE"] == "dra"
     allocator = mounts(docs, "allocator")
-    for path in (data["PK_KUBELET_PLUGINS_DIR"], data["PK_KUBELET_REGISTRY_DIR"],
-                 data["PK_CDI_DIR"]):
+    # the driver's own plugin dir, not the kubelet's plugins dir with other drivers' sockets
+    own = f"{data['PK_KUBELET_PLUGINS_DIR']}/partitions.partkeeper.io"
+    assert data["PK_KUBELET_PLUGINS_DIR"] not in allocator
+    for path in (own, data["PK_KUBELET_REGISTRY_DIR"], data["PK_CDI_DIR"]):
         assert allocator[path]["hostPath"]["path"] == path
     token = "/var/run/secrets/kubernetes.io/serviceaccount"
     assert [n for n in SERVICES if token in mounts(docs, n)] == ["watcher", "allocator"]

@@ -12,8 +12,11 @@ from tests_support.manifests import render, validate, with_components
 
 def test_the_resourceslice_policy_renders_validates_and_is_bound(tmp_path: Path) -> None:
     docs = render(with_components(tmp_path, "dra"))
-    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
-    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    # the base's Node policy renders beside it (tests/deploy/test_manifests.py)
+    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"
+                and d["metadata"]["name"] == "partkeeper-resourceslices"]
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"
+                and d["spec"]["policyName"] == "partkeeper-resourceslices"]
     validate(policies + bindings)
     (policy,) = policies
     (binding,) = bindings
