@@ -17,9 +17,10 @@ from partkeeper.bus.permissions import ADMIN_USER, NODE, ROLES, Role
 SHIPPED_NODE = "sim-node-0"  # compose's simulated node
 ACCOUNT = "PARTKEEPER"
 # The account's JetStream limits (docs/operations.md, Sizing): the file store the default
-# PK_STORE_BYTES (4 GiB) needs with one replica, plus room; no memory streams; the six streams
-# and buckets and nothing else; six streams' consumer limits (topology.MAX_CONSUMERS_PER_STREAM).
-ACCOUNT_LIMITS = {"max_file": "5G", "max_mem": "64M", "max_streams": 6, "max_consumers": 60000}
+# PK_STORE_BYTES (4 GiB) reserves with three replicas (deploy/), plus room; no memory streams;
+# the six streams and buckets and nothing else; six streams' consumer limits
+# (topology.MAX_CONSUMERS_PER_STREAM).
+ACCOUNT_LIMITS = {"max_file": "16G", "max_mem": "64M", "max_streams": 6, "max_consumers": 60000}
 
 _CONF_HEADER = """\
 # NATS server configuration for partkeeper: one account, one user per service and one for
