@@ -225,7 +225,7 @@ class Config:
         "bytes all streams and buckets together may hold (`partkeeper provision` shares them out; "
         "[operations.md](operations.md), Sizing); the server's and the account's JetStream file "
         "store must allow at least this times `PK_STREAM_REPLICAS`", integer(minimum=1 << 24),
-        4 * 1024**3, shown="`4294967296` (4 GiB)")
+        2 * 1024**3, shown="`2147483648` (2 GiB)")
     slices_per_card: int = setting(
         "PK_SLICES_PER_CARD", "logical slices offered per sliced card", integer(minimum=1), 4)
     slice_limiter: Literal["none", "hami-core"] = setting(

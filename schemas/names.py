@@ -165,7 +165,7 @@ def capacity_key(node: str) -> str:
 MAX_MSG_BYTES = 256 * 1024
 # What all streams and buckets together may hold by default (`PK_STORE_BYTES`), shared out by
 # each spec's `share` (permille); docs/operations.md, "Sizing", states the fleet it serves.
-STORE_BYTES = 4 * 1024**3
+STORE_BYTES = 2 * 1024**3
 
 
 def share_of(store_bytes: int, permille: int) -> int:

@@ -14,7 +14,7 @@
 set -eu
 
 # the account's JetStream limits (docs/operations.md, Sizing)
-nsc edit account PARTKEEPER --js-disk-storage 16G --js-mem-storage 64M --js-streams 6 --js-consumer 60000
+nsc edit account PARTKEEPER --js-disk-storage 7G --js-mem-storage 64M --js-streams 6 --js-consumer 60000
 
 # pk-watcher: the only publisher of Pod events; answers pods.get, pods.states and pods.pending; reads the partition audit log (its Event recorder's durable) and dead-letters there.
 nsc edit signing-key --account PARTKEEPER --sk generate --role watcher \

@@ -17,10 +17,11 @@ from partkeeper.bus.permissions import ADMIN_USER, NODE, ROLES, Role
 SHIPPED_NODE = "sim-node-0"  # compose's simulated node
 ACCOUNT = "PARTKEEPER"
 # The account's JetStream limits (docs/operations.md, Sizing): the file store the default
-# PK_STORE_BYTES (4 GiB) reserves with three replicas (deploy/), plus room; no memory streams;
-# the six streams and buckets and nothing else; six streams' consumer limits
-# (topology.MAX_CONSUMERS_PER_STREAM).
-ACCOUNT_LIMITS = {"max_file": "16G", "max_mem": "64M", "max_streams": 6, "max_consumers": 60000}
+# PK_STORE_BYTES (2 GiB) reserves with three replicas (deploy/), plus room, and no more than a
+# server's own file store (compose's 8GB: a larger account limit stops the server at start);
+# no memory streams; the six streams and buckets and nothing else; six streams' consumer
+# limits (topology.MAX_CONSUMERS_PER_STREAM).
+ACCOUNT_LIMITS = {"max_file": "7G", "max_mem": "64M", "max_streams": 6, "max_consumers": 60000}
 
 _CONF_HEADER = """\
 # NATS server configuration for partkeeper: one account, one user per service and one for
@@ -138,7 +139,9 @@ def helm_accounts(node_token: str = SHIPPED_NODE) -> str:
                   f"{user.removeprefix('pk-')}}}"]
     lines += ["config:", "  merge:", "    accounts:", f"      {ACCOUNT}:",
               "        jetstream:",
-              *(f"          {k}: {v}" for k, v in ACCOUNT_LIMITS.items()),
+              # a size with a unit is written << ... >>, which the chart leaves unquoted
+              *(f"          {k}: << {v} >>" if isinstance(v, str) else f"          {k}: {v}"
+                for k, v in ACCOUNT_LIMITS.items()),
               "        users:",
               "        # Operators (`nats` CLI, `partkeeper status`): everything in the account.",
               f"        - user: {ADMIN_USER}",

@@ -13,10 +13,11 @@ from nats.aio.client import Client
 from partkeeper.bus import NoAnswer, publish, serve
 from partkeeper.bus.clients import WatcherClient
 from partkeeper.bus.consumer import Delivery
+from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.lifecycle import cancel_all
 from schemas import PodGone, PodsGet, PodsGetReply
-from schemas.names import pods_get_subject, pods_subject
+from schemas.names import encode_token, pods_get_subject, pods_subject
 from tests_support import until
 from tests_support.bus import UID, gone, runner
 from tests_support.faultproxy import FaultProxy
@@ -30,9 +31,11 @@ async def proxy(nats_server):
         yield p
 
 
-async def connect(proxy: FaultProxy) -> Client:
+async def connect(proxy: FaultProxy, node: str) -> Client:
+    """Through the proxy, with `node`'s operators' inbox (the one the services answer)."""
     return await nats.connect(proxy.url, reconnect_time_wait=0.2, max_reconnect_attempts=-1,
-                              ping_interval=1, max_outstanding_pings=2)
+                              ping_interval=1, max_outstanding_pings=2,
+                              inbox_prefix=inbox_prefix(ADMIN, encode_token(node)))
 
 
 def answers(client: WatcherClient, state: str) -> Callable[[], Awaitable[bool]]:
@@ -61,7 +64,7 @@ async def test_an_ack_that_times_out_is_redelivered_and_the_runner_goes_on(
             done.set()
 
     await publish(js, pods_subject(node, UID), gone(node), msg_id=f"lost-ack/{node}")
-    cut = await connect(proxy)
+    cut = await connect(proxy, node)
     r = runner(cut.jetstream(), node, handle, name="lostack")
     task = asyncio.create_task(r.run(fetch_timeout=0.5))
     try:
@@ -85,7 +88,7 @@ async def test_micro_endpoint_answers_again_after_its_connection_is_reset(
     async def get(body: PodsGet) -> PodsGetReply:
         return PodsGetReply(uid=body.uid, state="live", evidence="watch")
 
-    server_side = await connect(proxy)
+    server_side = await connect(proxy, node)
     svc = await serve(server_side, name="pk-watcher", version="0.1.0", description="t",
                       endpoints=[Endpoint("pods-get", pods_get_subject(node), PodsGet, get)])
     client = WatcherClient(nc, node, timeout=0.5)
@@ -106,7 +109,7 @@ async def test_a_black_holed_caller_gets_no_answer_then_recovers(
 
     svc = await serve(nc, name="pk-watcher", version="0.1.0", description="t",
                       endpoints=[Endpoint("pods-get", pods_get_subject(node), PodsGet, get)])
-    caller = await connect(proxy)
+    caller = await connect(proxy, node)
     client = WatcherClient(caller, node, timeout=0.5)
     try:
         assert (await client.pod(UID)).state == "gone"
