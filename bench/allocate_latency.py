@@ -41,6 +41,7 @@ from bench import floors as floor
 from partkeeper import heap
 from partkeeper.bus import ensure_topology
 from partkeeper.bus.kv import Bucket
+from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.bus.trips import Trip, Trips, count, new_trace
 from partkeeper.claims import ClaimsStore, inventory, machine
 from partkeeper.config import Config
@@ -60,6 +61,7 @@ from schemas.names import (
     BUCKET_CLAIMS,
     BUCKET_PODS,
     capacity_key,
+    encode_token,
     pods_key,
 )
 from services.allocator.main import serve as serve_allocator
@@ -137,8 +139,10 @@ async def run(calls: int, warmup: int, where: str, floor_calls: int) -> Run:
     trace.set_tracer_provider(provider)
     server = NatsServer().start()
     directory = Path(tempfile.mkdtemp(prefix="pk", dir=where))
-    nc = await nats.connect(server.url)
-    counted = await nats.connect(server.url)
+    # the node's operators' inbox: the services answer their node's inboxes only
+    inbox = inbox_prefix(ADMIN, encode_token(NODE))
+    nc = await nats.connect(server.url, inbox_prefix=inbox)
+    counted = await nats.connect(server.url, inbox_prefix=inbox)
     tasks: list[asyncio.Task[None]] = []
     try:
         js = nc.jetstream()

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import nats
 from kubernetes import client, config
 from nats.aio.client import Client
 
 from partkeeper.bus.kv import Bucket
+from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Instance
@@ -29,7 +31,7 @@ from partkeeper_sim.driver import SimDriver, init_state
 from partkeeper_sim.kubelet.cluster import ClusterPodSource
 from partkeeper_sim.kubelet.kubelet import SimKubelet
 from schemas import Claim
-from schemas.names import BUCKET_CLAIMS
+from schemas.names import BUCKET_CLAIMS, encode_token
 from services.allocator.main import serve as serve_allocator
 from services.allocator.options import LookupPolicy, Options
 from services.reclaimer.main import serve as serve_reclaimer
@@ -151,6 +153,12 @@ async def chaos_node(
     nc: Client, node: str, *, card: str = "H100-80GB", allocator: Options = ALLOCATOR
 ) -> AsyncIterator[ChaosNode]:
     directory = Path(tempfile.mkdtemp(prefix="pkc", dir="/tmp"))
+    # The node's services share a connection of their own, with the node's operators' inbox:
+    # the services answer only their node's inboxes (bus/rpc.py), and `nc` may serve many nodes.
+    url = nc.connected_url
+    own = await nats.connect(servers=[f"nats://{url.netloc}" if url else "nats://127.0.0.1"],
+                             inbox_prefix=inbox_prefix(ADMIN, encode_token(node)))
+    nc = own
     server = ApiServer(bookmark_interval=0.2)
     await server.start()
     kubeconfig = directory / "kubeconfig"
@@ -192,4 +200,5 @@ async def chaos_node(
         if api is not None:
             api.api_client.close()
         await server.stop()
+        await own.close()
         shutil.rmtree(directory, ignore_errors=True)

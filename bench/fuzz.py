@@ -249,8 +249,19 @@ def fuzz_requests(gen: Gen, count: int, tally: Tally) -> None:
 async def fuzz_network(gen: Gen, count: int, tally: Tally) -> None:
     """Bodies sent to real micro endpoints; a body that does not decode must reach no handler
     and get the contract's 400 error body."""
+    from partkeeper.bus.permissions import ADMIN, inbox_prefix
     from partkeeper.bus.rpc import Endpoint, ErrorBody, serve
     from partkeeper_sim.stack.natsserver import NatsServer
+    from schemas import names
+
+    node = "fuzz-node"
+    # the contract's subject of each request (a responder answers only the inboxes of those
+    # who may ask it, found by the subject: bus/permissions.py reply_inboxes)
+    subjects = {"PodsGet": names.pods_get_subject(node),
+                "PodsStates": names.pods_states_subject(node),
+                "PendingPodsQuery": names.pods_pending_subject(node),
+                "ClaimsQuery": names.claims_query_subject(node),
+                "ReclaimNow": names.reclaim_now_subject(node)}
 
     reached: Counter[str] = Counter()
 
@@ -261,9 +272,9 @@ async def fuzz_network(gen: Gen, count: int, tally: Tally) -> None:
         return handle
 
     server = NatsServer().start()
-    nc = await nats.connect(server.url)
+    nc = await nats.connect(server.url, inbox_prefix=inbox_prefix(ADMIN, node))
     try:
-        endpoints = [Endpoint(cls.__name__.lower(), f"fuzz.{cls.__name__}", cls, handler(cls))
+        endpoints = [Endpoint(cls.__name__.lower(), subjects[cls.__name__], cls, handler(cls))
                      for cls in REQUESTS]
         service = await serve(nc, name="pk-fuzz", version="0.0.1", description="fuzz",
                               endpoints=endpoints)
@@ -278,7 +289,7 @@ async def fuzz_network(gen: Gen, count: int, tally: Tally) -> None:
                 good = True
             except SchemaError:
                 good = False
-            reply = await nc.request(f"fuzz.{cls.__name__}", body, timeout=5)
+            reply = await nc.request(subjects[cls.__name__], body, timeout=5)
             if not good:
                 error = msgspec.json.decode(reply.data, type=ErrorBody)
                 if error.code != 400:

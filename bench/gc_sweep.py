@@ -42,6 +42,7 @@ from nats.aio.msg import Msg
 
 from partkeeper import workdir
 from partkeeper.bus import ensure_topology, serve
+from partkeeper.bus.permissions import inbox_prefix
 from partkeeper.bus.rpc import Endpoint
 from partkeeper.config import Config
 from partkeeper_sim.stack.natsserver import NatsServer
@@ -53,7 +54,7 @@ from schemas import (
     PodsStates,
     PodsStatesReply,
 )
-from schemas.names import claims_query_subject, pods_get_subject, pods_states_subject
+from schemas.names import claims_query_subject, encode_token, pods_get_subject, pods_states_subject
 from schemas.pods import PodState
 from services.gc.collect import Collector
 from services.gc.sweep import CONCURRENCY, SweepStats, sweep_once
@@ -195,7 +196,8 @@ async def run(pods: int, live_count: int, concurrency: int, steady: int, profile
     live = set(uids[:live_count])
     await asyncio.to_thread(populate, root, uids)
     answers = await nats.connect(server.url)
-    gc_nc = await nats.connect(server.url)
+    # the GC's own inbox: the answering services reply to their node's inboxes only
+    gc_nc = await nats.connect(server.url, inbox_prefix=inbox_prefix("gc", encode_token(node)))
     try:
         await ensure_topology(gc_nc.jetstream())
         await answer_from(answers, node, live)
