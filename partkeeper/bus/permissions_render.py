@@ -96,7 +96,11 @@ def nats_conf(node_token: str, passwords: Mapping[str, str], *, header: str = _C
         users += ["", _conf_user(role.render(node_token), passwords[role.user])]
     store = "jetstream {\n  max_memory_store: 256MB\n  max_file_store: 8GB\n}\n\n" if jetstream \
         else ""
-    limits = ", ".join(f"{k}: {v}" for k, v in ACCOUNT_LIMITS.items())
+    # Without a store of its own here (the embedded stack's server runs with its defaults, 75 %
+    # of the free disk), the account asks for what one replica of the default store needs, so
+    # a small disk still starts the server.
+    limits = ", ".join(f"{k}: {v}" for k, v in {
+        **ACCOUNT_LIMITS, **({} if jetstream else {"max_file": "3G"})}.items())
     return (f"{header}\n{store}accounts {{\n  {ACCOUNT} {{\n    jetstream: {{{limits}}}\n"
             "    users: [\n" + "\n".join(users) + "\n    ]\n  }\n}\n")
 
