@@ -99,14 +99,15 @@ def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
 
     async def handle(req: Request) -> None:
         nonlocal logged
-        reply = req._msg.reply or ""  # nats-py's micro Request exposes no reply subject
-        if not any(reply.startswith(inbox) and len(reply) > len(inbox) for inbox in inboxes):
+        reply_to = req._msg.reply or ""  # nats-py's micro Request exposes no reply subject
+        if not any(reply_to.startswith(inbox) and len(reply_to) > len(inbox)
+                   for inbox in inboxes):
             dropped.inc()
             if not logged:
                 logged = True
                 log.warning("%s: dropped a request whose reply subject %r is no inbox that may "
                             "ask (%s); not answering it, nor logging the next ones (counted in "
-                            "partkeeper_requests_dropped_total)", endpoint.name, reply[:200],
+                            "partkeeper_requests_dropped_total)", endpoint.name, reply_to[:200],
                             ", ".join(f"{p}>" for p in inboxes) or "none")
             return
         with tracing.span_from(

@@ -347,7 +347,7 @@ async def test_a_push_consumer_delivering_into_another_stream_is_refused(
             answer = await create(f"push{i + 1}", deliver)
             if "error" not in answer:
                 await pods.put(f"{NODE}.{UID}", f'{{"v":{i + 2}}}'.encode())
-                await until(lambda s=seen: len(s) >= 1, f"the deliveries on {deliver}")
+                await until(seen.__len__, f"the deliveries on {deliver}")
             await sub.unsubscribe()
     finally:
         await allocator.close()
