@@ -1,5 +1,6 @@
 """Every documented request, sent as literal JSON text as a person with the `nats` CLI would
-(`nats req pk.<node>.pods.get '{"uid": "...", "fresh": true}'`): no `v`, no `type`. Each answer is
+(`nats --inbox-prefix _INBOX.<node>.admin req pk.<node>.pods.get '{"uid": "...", "fresh": true}'`):
+no `v`, no `type`. Each answer is
 checked for the fields the contract documents; an error answer carries, besides the micro error
 headers, a JSON body {"error": str, "code": int}."""
 
