@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
+import nats.js.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -25,7 +26,7 @@ from partkeeper.bus.topology import REQUIRED
 from partkeeper.config import Config
 from partkeeper.runtime import topology_until_ready
 from partkeeper_sim.stack.natsserver import NatsServer
-from schemas.names import BUCKET_CLAIMS
+from schemas.names import BUCKET_CLAIMS, MAX_MSG_BYTES, STREAM_PODS
 from tests_support import until
 
 CONFIG = Path(__file__).resolve().parents[2] / "compose" / "nats" / "nats.conf"
@@ -98,6 +99,37 @@ async def test_provision_adds_direct_get_to_a_bucket_created_without_it(
     finally:
         await sub.unsubscribe()
     assert seen == [f"$JS.API.DIRECT.GET.KV_{BUCKET_CLAIMS}.$KV.{BUCKET_CLAIMS}.node-a.0"]
+
+
+async def test_provision_makes_existing_streams_and_buckets_refuse_purges_and_rollups(
+        bare: tuple[NatsServer, Client]) -> None:
+    """The upgrade in place (operations.md, "Upgrading to refused purges and rollups"): a
+    bucket made by nats-py's create_key_value (rollups and TTLs allowed) and a stream of the
+    previous version keep their messages, and afterwards deny purges and deletes, refuse
+    rollups, and have their sizes; a service looking meanwhile reads them as not ready."""
+    _, client = bare
+    js = client.jetstream()
+    old = await js.create_key_value(bucket=BUCKET_CLAIMS, history=5, direct=True,
+                                    storage=api.StorageType.FILE)
+    revision = await old.put("node-a.0", b'{"old": true}')
+    await js.add_stream(api.StreamConfig(name=STREAM_PODS, subjects=["pk.pods.>"]))
+    await js.publish("pk.pods.node-a.u1", b"{}")
+    missing = await missing_topology(js)
+    assert f"KV_{BUCKET_CLAIMS} (allowing purges or rollups)" in missing
+    await ensure_topology(js)
+    assert await missing_topology(js) == []
+    for name in (f"KV_{BUCKET_CLAIMS}", STREAM_PODS):
+        config = (await js.stream_info(name)).config
+        assert config.deny_purge and config.deny_delete and not config.allow_rollup_hdrs
+        assert config.max_msg_size == MAX_MSG_BYTES and (config.max_bytes or 0) > 0
+    entry = await (await js.key_value(BUCKET_CLAIMS)).get("node-a.0")
+    assert (entry.value, entry.revision) == (b'{"old": true}', revision)
+    assert (await js.stream_info(STREAM_PODS)).state.messages == 1
+    with pytest.raises(nats.js.errors.APIError):
+        await js.publish(f"$KV.{BUCKET_CLAIMS}.node-a.1", b"{}", headers={"Nats-Rollup": "all"})
+    with pytest.raises(nats.js.errors.APIError):
+        await js.purge_stream(f"KV_{BUCKET_CLAIMS}")
+    assert (await (await js.key_value(BUCKET_CLAIMS)).get("node-a.0")).value == b'{"old": true}'
 
 
 def _provision(url: str, user: str, password: str) -> subprocess.CompletedProcess[str]:
