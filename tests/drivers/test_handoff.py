@@ -22,9 +22,10 @@ from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nod
 from partkeeper.drivers import Driver, open_driver
 from partkeeper.drivers.base import ContainerEdits, InstanceSpec, ReadError
 from partkeeper.drivers.nvidia.binding import NvmlDriver
-from services.allocator import handoff, reply
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal
+from services.allocator.core import handoff
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal
+from services.allocator.deviceplugin import reply
 from tests_support.drivers import active_claim
 
 

@@ -13,8 +13,9 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.base import InstanceSpec
-from services.allocator import handoff, reply
-from services.allocator.context import Context
+from services.allocator.core import handoff
+from services.allocator.core.context import Context
+from services.allocator.deviceplugin import reply
 from tests_support.drivers import active_claim
 from tests_support.vendor_rigs import hygon_rig, open_dmi
 

@@ -22,7 +22,8 @@ from partkeeper.config import Config
 from partkeeper.errors import StartupError
 from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
-from services.allocator import build, startup
+from services.allocator.core import build, startup
+from services.allocator.core.options import Options
 from services.allocator.dra import versions
 from services.allocator.dra.claimwatch import ClaimWatch
 from services.allocator.dra.ends import ClaimEnds
@@ -31,7 +32,6 @@ from services.allocator.dra.plugin import KubeletPlugin
 from services.allocator.dra.prepare import Preparer
 from services.allocator.dra.publish import SlicePublisher
 from services.allocator.dra.slicewatch import SliceWatch
-from services.allocator.options import Options
 
 log = logging.getLogger(__name__)
 

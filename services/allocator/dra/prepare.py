@@ -36,13 +36,13 @@ from partkeeper.drivers import DriverError, Instance
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
-from services.allocator import handoff, partitions, writes
-from services.allocator.context import Context
+from services.allocator.core import handoff, partitions, writes
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal
+from services.allocator.core.snapshot import current_claims
 from services.allocator.dra import requests
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.requests import Asked, NotPreparable, Wanted
-from services.allocator.refusal import Refusal
-from services.allocator.snapshot import current_claims
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,12 @@ class PrepareError(Exception):
 
 
 def new_claim(w: Wanted, now: float) -> Claim:
-    return Claim(
-        id=w.claim_id, kind="partition", state="creating", pod_uid=w.pod_uid,
-        namespace=w.asked.namespace, name=w.pod_name, container=w.request or "claim",
-        resource=DRIVER, device_ids=[w.device], card=w.spec.card, profile=w.spec.profile.name,
-        start=w.spec.start, size=w.spec.size, created_at=now, updated_at=now,
-        resource_claim=f"{w.asked.namespace}/{w.asked.name}", resource_claim_uid=w.asked.uid,
+    return writes.new_claim(
+        writes.Target(w.pod_uid, w.asked.namespace, w.pod_name, w.request or "claim"),
+        kind="partition", resource=DRIVER, token=w.device, card=w.spec.card,
+        profile=w.spec.profile.name, start=w.spec.start, size=w.spec.size, now=now,
+        claim_id=w.claim_id, resource_claim=f"{w.asked.namespace}/{w.asked.name}",
+        resource_claim_uid=w.asked.uid,
     )
 
 

@@ -30,26 +30,14 @@ from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
-from services.allocator import (
-    blockers,
-    events,
-    handoff,
-    partitions,
-    patience,
-    podmatch,
-    reply,
-    retry,
-    reuse,
-    room,
-    slices,
-    writes,
-)
-from services.allocator.catalog import Offer
-from services.allocator.context import Context
-from services.allocator.placement import Spot, place
-from services.allocator.podmatch import Target
-from services.allocator.refusal import Refusal, Result
-from services.allocator.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
+from services.allocator.core import events, handoff, partitions, patience, slices, writes
+from services.allocator.core.catalog import Offer
+from services.allocator.core.context import Context
+from services.allocator.core.placement import Spot, place
+from services.allocator.core.refusal import Refusal, Result
+from services.allocator.core.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
+from services.allocator.core.writes import Target
+from services.allocator.deviceplugin import blockers, podmatch, reply, retry, reuse, room
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -280,7 +268,10 @@ class Allocator:
     ) -> list[Claim] | None:
         now = time.time()
         claims = [
-            writes.new_claim(offer, target, t, s, now) for t, s in zip(ids, spots, strict=True)
+            writes.new_claim(target, kind=offer.kind, resource=offer.resource, token=t,
+                             card=s.card, profile=offer.profile, start=s.start, size=s.size,
+                             now=now)
+            for t, s in zip(ids, spots, strict=True)
         ]
         written: list[Claim] = []
         try:
@@ -351,7 +342,8 @@ class Allocator:
     async def _respond(self, offer: Offer, claims: list[Claim]) -> pb.ContainerAllocateResponse:
         claims = reply.in_token_order(claims, offer.tokens)
         if offer.kind == "slice":
-            response = await handoff.slice_reply(self.ctx, claims)
+            edits, names = await handoff.slice_handoff(self.ctx, claims)
+            response = reply.slice_response(edits, names)
         else:
             # The descriptors are written in the thread hop of the container edits: one hop
             # instead of two on every Allocate, the descriptors still first.

@@ -28,7 +28,7 @@ import nats.js.errors
 from partkeeper import backoff
 from partkeeper.bus import RemoteError, Unanswered
 from partkeeper.bus.rpc import BAD_REQUEST
-from services.allocator.context import Context
+from services.allocator.core.context import Context
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from partkeeper.drivers.profiles import overlaps
 from partkeeper.podstate import reclaimable_now
 from schemas import Claim
-from services.allocator.catalog import Offer
-from services.allocator.placement import Spot, place
-from services.allocator.snapshot import Snapshot
+from services.allocator.core.catalog import Offer
+from services.allocator.core.placement import Spot, place
+from services.allocator.core.snapshot import Snapshot
 
 
 def _reclaimable(claim: Claim, snap: Snapshot) -> bool:

@@ -15,9 +15,9 @@ from partkeeper.drivers import DriverError, Instance, InstanceSpec, NotFoundErro
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
-from services.allocator import writes
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal, Result
+from services.allocator.core import writes
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal, Result
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)

@@ -14,12 +14,12 @@ from partkeeper.drivers import Card
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.limiter import NONE, LimiterState
 from partkeeper.nodeparts import NodeParts
-from services.allocator.catalog import Offer
-from services.allocator.changes import Changes
-from services.allocator.options import Options
-from services.allocator.podresources import PodResources
-from services.allocator.podview import PodView
-from services.allocator.views import Views
+from services.allocator.core.catalog import Offer
+from services.allocator.core.changes import Changes
+from services.allocator.core.options import Options
+from services.allocator.core.podresources import PodResources
+from services.allocator.core.podview import PodView
+from services.allocator.core.views import Views
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from partkeeper.bus import Unanswered
-from partkeeper.bus.clients import ReclaimerClient
 from partkeeper.podstate import is_dead
-from partkeeper.telemetry.logs import decision
-from services.allocator import blockers, podmatch
-from services.allocator.catalog import Offer
-from services.allocator.context import Context
-from services.allocator.snapshot import Snapshot
+from services.allocator.core.catalog import Offer
+from services.allocator.core.context import Context
+from services.allocator.core.reclaimer import reclaim
+from services.allocator.core.snapshot import Snapshot
+from services.allocator.deviceplugin import blockers, podmatch
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +51,3 @@ async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
 
     answers = await asyncio.gather(*(ask(uid) for uid in uids))
     return {uid for uid in answers if uid is not None}
-
-
-async def reclaim(ctx: Context, claim_ids: list[str], reason: str) -> bool:
-    """Ask the reclaimer to destroy these claims' partitions now; True if any was destroyed."""
-    try:
-        reclaimer = ReclaimerClient(ctx.nc, ctx.node, ctx.options.reclaim_timeout)
-        reply = await reclaimer.now(claim_ids, reason)
-    except Unanswered as exc:
-        log.warning("reclaim.now for claims %s got no usable answer (%s); waiting instead",
-                    ",".join(claim_ids), exc)
-        return False
-    for outcome in reply.outcomes:
-        decision(log, f"reclaim.now: {'destroyed' if outcome.done else 'refused'}: "
-                 f"{outcome.reason}", claim_id=outcome.claim_id)
-    return any(o.done for o in reply.outcomes)

@@ -16,12 +16,12 @@ from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver, DriverError
 from schemas.names import BUCKET_CLAIMS
-from services.allocator import catalog
-from services.allocator.changes import Changes
-from services.allocator.context import Context
-from services.allocator.options import Options
-from services.allocator.podresources import PodResources
-from services.allocator.podview import PodView
+from services.allocator.core import catalog
+from services.allocator.core.changes import Changes
+from services.allocator.core.context import Context
+from services.allocator.core.options import Options
+from services.allocator.core.podresources import PodResources
+from services.allocator.core.podview import PodView
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,10 @@ from enum import Enum
 
 from partkeeper.podstate import being_admitted, is_dead
 from schemas import Claim
-from services.allocator import podmatch
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal, Result
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal, Result
+from services.allocator.core.writes import Target
+from services.allocator.deviceplugin import podmatch
 
 
 class Holder(Enum):
@@ -58,7 +59,7 @@ async def _kubelet_admitting(ctx: Context, claim: Claim) -> bool:
     return claim.resource not in containers.get(claim.container, frozenset())
 
 
-def handed_on(holder: Claim, target: podmatch.Target, ids: list[str]) -> str:
+def handed_on(holder: Claim, target: Target, ids: list[str]) -> str:
     """The first half of a refusal for room a handed-on token's holder still takes."""
     return (
         f"kubelet handed device IDs {','.join(ids)} to {target}, but claim {holder.id} of Pod "

@@ -22,6 +22,7 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import msgspec
 
@@ -31,11 +32,9 @@ from partkeeper.drivers import Instance
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim, LiveInstance
-from services.allocator import patience
-from services.allocator.catalog import Offer
-from services.allocator.context import Context
-from services.allocator.placement import Spot
-from services.allocator.podmatch import Target
+from schemas.documents import ClaimKind
+from services.allocator.core import patience
+from services.allocator.core.context import Context
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -80,23 +79,32 @@ async def _update(ctx: Context, card: int, mutate: Mutation, *, reason: str = ""
     return result
 
 
-def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) -> Claim:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The container a claim is written for."""
+
+    uid: str
+    namespace: str
+    name: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"Pod {self.namespace}/{self.name} ({self.uid}) container {self.container}"
+
+
+def new_claim(
+    target: Target, *, kind: ClaimKind, resource: str, token: str, card: int, profile: str,
+    start: int, size: int, now: float, claim_id: str | None = None, resource_claim: str = "",
+    resource_claim_uid: str = "",
+) -> Claim:
+    """A `creating` claim, the one shape both modes write (`claim_id`: DRA mode keys its claims
+    by ResourceClaim UID and device; device-plugin mode draws one)."""
     return Claim(
-        id=secrets.token_hex(8),
-        kind=offer.kind,
-        state="creating",
-        pod_uid=target.uid,
-        namespace=target.namespace,
-        name=target.name,
-        container=target.container,
-        resource=offer.resource,
-        device_ids=[token],
-        card=spot.card,
-        profile=offer.profile,
-        start=spot.start,
-        size=spot.size,
-        created_at=now,
-        updated_at=now,
+        id=claim_id or secrets.token_hex(8), kind=kind, state="creating", pod_uid=target.uid,
+        namespace=target.namespace, name=target.name, container=target.container,
+        resource=resource, device_ids=[token], card=card, profile=profile, start=start,
+        size=size, created_at=now, updated_at=now, resource_claim=resource_claim,
+        resource_claim_uid=resource_claim_uid,
     )
 
 

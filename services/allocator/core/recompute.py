@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
+from typing import Protocol
 
 import msgspec
 from nats.js.kv import KeyValue
@@ -26,11 +27,10 @@ from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import Claim, NodeCapacity, encode
 from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
-from services.allocator import slices
-from services.allocator.advertise import advertise, same
-from services.allocator.context import Context
-from services.allocator.plugin import Board
-from services.allocator.snapshot import SnapshotError, read, read_instances
+from services.allocator.core import slices
+from services.allocator.core.advertise import advertise, same
+from services.allocator.core.context import Context
+from services.allocator.core.snapshot import SnapshotError, read, read_instances
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,15 @@ MIN_REST = 0.002
 # critical path and the pass would only compete with them; every Allocate touches when it ends.
 
 
+class Board(Protocol):
+    """Where a mode shows kubelet each token's health: device-plugin mode's ListAndWatch
+    (`deviceplugin.plugin.Board`); DRA mode has none (its devices are in the ResourceSlices)."""
+
+    def post(self, health: Mapping[str, bool]) -> bool: ...
+
+
 class Recompute:
-    def __init__(self, ctx: Context, boards: dict[str, Board], capacity_kv: KeyValue) -> None:
+    def __init__(self, ctx: Context, boards: Mapping[str, Board], capacity_kv: KeyValue) -> None:
         self.ctx = ctx
         self.boards = boards
         self.capacity_kv = capacity_kv

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence, Set
-from dataclasses import dataclass
 from typing import TypeVar
 
 from partkeeper import backoff
@@ -23,23 +22,13 @@ from partkeeper.lifecycle import cancel_all
 from partkeeper.podstate import being_admitted
 from schemas import PodRecord, PodsGetReply
 from schemas.pods import InvalidPodUID, validate_pod_uid
-from services.allocator import patience
-from services.allocator.context import Context
-from services.allocator.podresources import KubeletView
+from services.allocator.core import patience
+from services.allocator.core.context import Context
+from services.allocator.core.podresources import KubeletView
+from services.allocator.core.writes import Target
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    uid: str
-    namespace: str
-    name: str
-    container: str
-
-    def __str__(self) -> str:
-        return f"Pod {self.namespace}/{self.name} ({self.uid}) container {self.container}"
 
 
 class LookupFailed(Exception):
