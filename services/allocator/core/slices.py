@@ -141,23 +141,25 @@ async def write_files(ctx: Context, claims: list[Claim]) -> Path:
     )
 
 
-async def realise(ctx: Context, claims: list[Claim]) -> list[Claim]:
+async def realise(
+    ctx: Context, claims: list[Claim], known: writes.Revisions | None = None
+) -> list[Claim]:
     """Write the slice files, then activate the claims; abandon them if the files fail."""
     try:
         await write_files(ctx, claims)
     except WorkdirError as exc:
         for claim in claims:
-            await writes.abandon(ctx, claim, f"writing the slice files failed: {exc}")
+            await writes.abandon(ctx, claim, f"writing the slice files failed: {exc}", known)
         first = claims[0]
         raise Refusal(Result.UNAVAILABLE, f"cannot write the slice files of Pod {first.namespace}/"
                       f"{first.name} ({first.pod_uid}) container {first.container}: {exc}") from exc
     active: list[Claim] = []
     for claim in claims:
         try:
-            active.append(await writes.activate(ctx, claim, None))
+            active.append(await writes.activate(ctx, claim, None, known))
         except (writes.Released, writes.Vanished) as exc:
             for rest in claims[len(active):]:
-                await writes.abandon(ctx, rest, f"its Pod was declared gone ({exc})")
+                await writes.abandon(ctx, rest, f"its Pod was declared gone ({exc})", known)
             raise Refusal(Result.GONE, f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid}) "
                           "was declared gone while its slice was being set up") from exc
     return active

@@ -5,8 +5,9 @@ section 5).
     registration.py  one plugin socket per resource, registered with kubelet
     plugin.py        the device-plugin API servicer; a `Refusal` becomes a gRPC status here
     allocate.py      one Allocate, from kubelet's request to the reply (the shell)
-    podmatch.py      which Pod and container the Allocate serves (the watcher's pending Pods)
-    retry.py, reuse.py  whether device IDs a claim carries are kubelet's retry
+    whichpod.py      which Pod and container the Allocate serves, and whether it is kubelet's
+                     retry: pure decisions over what podmatch.py gathered
+    podmatch.py      asking the watcher and kubelet about the Pods (the I/O of those decisions)
     room.py, blockers.py  making room when an Allocate does not fit, and saying why it does not
     reply.py         the ContainerAllocateResponse and the partition descriptor (pure)
     removals.py      the capacity update after a reclaim, in the reclaim's trace

@@ -1,11 +1,11 @@
-"""Which Pod and container an Allocate serves (kubelet does not say).
+"""Asking the watcher and kubelet about the Pods an Allocate may serve: the I/O behind the pure
+decisions of `whichpod.py`.
 
-The watcher lists the pending Pods of this node requesting the resource in that quantity, oldest
-first by (creationTimestamp, namespace, name), as kubelet admits them. Containers that already
-hold a claim are skipped; when kubelet's pod-resources API answers, only containers it lists
-without devices of that resource remain (the one it is admitting right now). The watcher may lag
-behind kubelet, so the lookup retries, boundedly, asking for a fresh LIST after the first miss:
-`find` and `pod_state` are the only call sites' way in, so the retry is the same everywhere.
+The watcher may lag behind kubelet, so the lookup looks again, asking for a fresh LIST after the
+first miss, and a watcher that gives no usable answer (during a JetStream election it cannot
+persist what its fresh LIST saw) is asked again. Each question is one retry loop, bounded by the
+Allocate's deadline (`until`, loop time, set once in `allocate.py`) and, while the watcher answers
+but no candidate is seen, by the lookup policy's attempts.
 """
 
 from __future__ import annotations
@@ -13,110 +13,59 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence, Set
-from typing import TypeVar
 
 from partkeeper import backoff
 from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import WatcherClient
 from partkeeper.lifecycle import cancel_all
-from partkeeper.podstate import being_admitted
-from schemas import PodRecord, PodsGetReply
-from schemas.pods import InvalidPodUID, validate_pod_uid
+from partkeeper.podstate import being_admitted, is_dead
+from schemas import Claim, PodsGetReply
 from services.allocator.core import patience
 from services.allocator.core.context import Context
-from services.allocator.core.podresources import KubeletView
+from services.allocator.core.refusal import Refusal, Result
 from services.allocator.core.writes import Target
+from services.allocator.deviceplugin import whichpod
+from services.allocator.deviceplugin.whichpod import Holder
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class LookupFailed(Exception):
-    """The Pod could not be found or its state not learned within the bounded retry."""
-
-
-def candidates(
-    pods: Sequence[PodRecord], resource: str, quantity: int, claimed: Set[tuple[str, str]]
-) -> list[Target]:
-    """Unclaimed containers requesting exactly `quantity` of `resource`, in admission order."""
-    found: list[Target] = []
-    for pod in pods:
-        try:
-            validate_pod_uid(pod.uid)
-        except InvalidPodUID as exc:
-            log.warning("pods.pending listed a Pod with a malformed UID; skipped: %s", exc)
-            continue
-        for container in pod.containers:
-            if container.requests.get(resource) != quantity:
-                continue
-            if (pod.uid, container.name) in claimed:
-                continue
-            found.append(Target(pod.uid, pod.namespace, pod.name, container.name))
-    return found
-
-
-def narrow(found: Sequence[Target], kubelet: KubeletView, resource: str) -> list[Target]:
-    """Those of Pods kubelet lists (it lists only active Pods) whose container it lists without
-    devices of `resource`, or does not list at all: pod-resources never lists (non-sidecar)
-    init containers, which kubelet allocates first."""
-    kept = []
-    for t in found:
-        pod = kubelet.get((t.namespace, t.name))
-        if pod is not None and resource not in pod.get(t.container, frozenset()):
-            kept.append(t)
-    return kept
-
-
-def first_per_pod(found: Sequence[Target]) -> list[Target]:
-    """Within one Pod kubelet allocates in a fixed order (init containers, then the others, in
-    spec order, as the watcher lists them), so only the first unclaimed container of each Pod
-    is a candidate; several Pods left is an ambiguity."""
-    first: dict[str, Target] = {}
-    for target in found:
-        first.setdefault(target.uid, target)
-    return list(first.values())
-
-
-def survivors(
-    pods: Sequence[PodRecord],
-    resource: str,
-    quantity: int,
-    claimed: Set[tuple[str, str]],
-    kubelet: KubeletView | None,
-) -> list[Target]:
-    """The candidates left after narrowing, in admission order; one is the answer, several are
-    confirmed with the watcher and waited on, none is retried."""
-    found = candidates(pods, resource, quantity, claimed)
-    return first_per_pod(found if kubelet is None else narrow(found, kubelet, resource))
+    """The Pod could not be found or its state not learned by the Allocate's deadline."""
 
 
 async def find(
-    ctx: Context, resource: str, quantity: int, claimed: Set[tuple[str, str]]
+    ctx: Context, resource: str, quantity: int, claimed: Set[tuple[str, str]], until: float
 ) -> Target:
     """The container this Allocate serves. Raises LookupFailed naming what was seen.
 
-    Retries boundedly (the lookup policy) while no candidate is seen; while several remain after
-    narrowing and fresh confirmation, waits up to `choose_wait_seconds` for them to narrow to
-    one, then refuses rather than guesses.
+    Looks again (the lookup policy's schedule) while no candidate is seen, for its attempts, or
+    while the watcher gives no usable answer; while several remain after narrowing and fresh
+    confirmation, waits up to `choose_wait_seconds` for them to narrow to one, then refuses
+    rather than guesses. Never past `until`.
     """
-    choose_until = asyncio.get_running_loop().time() + ctx.options.choose_wait_seconds
+    choose_until = min(until, asyncio.get_running_loop().time() +
+                       ctx.options.choose_wait_seconds)
     policy = ctx.options.lookup
-    until = patience.deadline(ctx)
     looks = 0
     found: list[Target] = []
 
     async def look() -> Target | backoff.Again:
         nonlocal looks, found
         looks += 1
-        found, seen = await _look(ctx, resource, quantity, claimed, fresh=looks > 1, until=until)
-        if len(found) == 1:
-            return found[0]
+        answered, found, seen = await _look(ctx, resource, quantity, claimed, fresh=looks > 1,
+                                            until=until)
+        if (target := whichpod.chosen(found)) is not None:
+            return target
+        if not answered:
+            return backoff.Again(seen, until=until)
         return backoff.Again(seen, until=choose_until if found else None)
 
     try:
         return await backoff.retry(
             f"finding the Pod an Allocate of {quantity} x {resource} serves", look,
-            schedule=policy.delay, attempts=policy.attempts, level=logging.INFO)
+            transient=backoff.never, schedule=policy.delay, attempts=policy.attempts,
+            deadline=until, level=logging.INFO)
     except backoff.GaveUp as exc:
         seen, attempt = exc.problem, exc.attempts
     if len(found) > 1:
@@ -136,34 +85,35 @@ async def find(
 async def _look(
     ctx: Context, resource: str, quantity: int, claimed: Set[tuple[str, str]], *, fresh: bool,
     until: float,
-) -> tuple[list[Target], str]:
-    """One look: the candidates that survive narrowing and confirmation, and what was seen.
-    The watcher's list and kubelet's view are independent reads, made side by side."""
+) -> tuple[bool, list[Target], str]:
+    """One look: whether the watcher answered, the candidates that survive narrowing and
+    confirmation, and what was seen. The watcher's list and kubelet's view are independent
+    reads, made side by side."""
     viewing = asyncio.create_task(ctx.podres.view(), name="pod-resources view")
     try:
-        reply = await patience.answered(until, "pods.pending", lambda: _watcher(ctx).pending(
-            resource, quantity, fresh=fresh))
+        reply = await _watcher(ctx).pending(resource, quantity, fresh=fresh)
     except Unanswered as exc:
         await cancel_all([viewing])
-        return [], f"the watcher's pods.pending failed: {exc}"
+        # A refused request is a miss like any other; no answer is asked again until `until`.
+        return not patience.unanswered(exc), [], f"the watcher's pods.pending failed: {exc}"
     except BaseException:
         await cancel_all([viewing])  # cancelled: the view must not outlive the lookup
         raise
     kubelet = await viewing
-    found = survivors(reply.pods, resource, quantity, claimed, kubelet)
+    found = whichpod.survivors(reply.pods, resource, quantity, claimed, kubelet)
     if len(found) > 1:
-        found = await confirm(ctx, found)
+        found = await confirm(ctx, found, until)
     listed = ", ".join(f"{p.namespace}/{p.name}" for p in reply.pods) or "none"
     narrowed = "" if kubelet is None else " kubelet is admitting none of them;"
-    return found, f"pending Pods listed: {listed};{narrowed} claimed ones excluded"
+    return True, found, f"pending Pods listed: {listed};{narrowed} claimed ones excluded"
 
 
-async def confirm(ctx: Context, found: Sequence[Target]) -> list[Target]:
+async def confirm(ctx: Context, found: Sequence[Target], until: float) -> list[Target]:
     """Those the watcher, asked afresh, still knows as being admitted (no answer: kept)."""
 
     async def still(target: Target) -> bool:
         try:
-            answer = await pod_state(ctx, target.uid, fresh=True)
+            answer = await pod_state(ctx, target.uid, until)
         except LookupFailed as exc:
             log.info("%s; %s stays a candidate", exc, target)
             return True
@@ -173,20 +123,34 @@ async def confirm(ctx: Context, found: Sequence[Target]) -> list[Target]:
     return [t for t, kept in zip(found, keep, strict=True) if kept]
 
 
-async def pod_state(ctx: Context, uid: str, *, fresh: bool = True) -> PodsGetReply:
-    """The watcher's answer about one Pod (fresh: confirmed with the API server)."""
-    until = patience.deadline(ctx)
-    policy = ctx.options.lookup
+async def pod_state(ctx: Context, uid: str, until: float) -> PodsGetReply:
+    """The watcher's answer about one Pod, confirmed with the API server, asked again while it
+    gives no usable answer, until `until`."""
     try:
-        return await backoff.retry(
-            f"asking the watcher about Pod {uid}",
-            lambda: patience.answered(until, f"pods.get {uid}",
-                                      lambda: _watcher(ctx).pod(uid, fresh=fresh)),
-            transient=lambda exc: isinstance(exc, Unanswered),
-            schedule=policy.delay, attempts=policy.attempts, level=logging.INFO)
+        return await patience.answered(until, f"pods.get {uid}",
+                                       lambda: _watcher(ctx).pod(uid, fresh=True))
     except Unanswered as exc:
-        raise LookupFailed(f"the watcher did not say whether Pod {uid} is live ({exc}), after "
-                           f"{policy.attempts} attempts") from None
+        raise LookupFailed(f"the watcher did not say whether Pod {uid} is live ({exc})") from None
+
+
+async def judge(ctx: Context, group: list[Claim], until: float) -> Holder:
+    """What the claims carrying an Allocate's device IDs mean (`whichpod.holder`), asked afresh
+    of the watcher and kubelet."""
+    first = group[0]
+    if ctx.pods.dead(first.pod_uid):
+        return Holder.DEAD
+    try:
+        answer = await pod_state(ctx, first.pod_uid, until)
+    except LookupFailed as exc:
+        raise Refusal(Result.UNAVAILABLE, f"device IDs {','.join(first.device_ids)} are held "
+                      f"by claim {first.id} of Pod {first.namespace}/{first.name}; {exc}, so "
+                      "a retry cannot be told from a re-use; nothing was claimed").about(
+            first.pod_uid, first.namespace, first.name) from exc
+    if is_dead(answer.state):
+        return Holder.DEAD
+    admitted = being_admitted(answer.pod)
+    kubelet = await ctx.podres.view() if admitted else None
+    return whichpod.holder(first, dead=False, being_admitted=admitted, kubelet=kubelet)
 
 
 def _watcher(ctx: Context) -> WatcherClient:

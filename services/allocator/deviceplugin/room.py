@@ -26,11 +26,13 @@ log = logging.getLogger(__name__)
 FRESH_ROUNDS = frozenset({1, 2, 4, 8, 16, 32})  # attempts at which live holders are re-asked
 
 
-async def make(ctx: Context, offer: Offer, count: int, snap: Snapshot, attempt: int) -> bool:
+async def make(
+    ctx: Context, offer: Offer, count: int, snap: Snapshot, attempt: int, until: float
+) -> bool:
     """Try once to free room; True when something was destroyed (re-plan at once)."""
     plan = blockers.reclaim_plan(offer, snap, count)
     if plan is None and attempt in FRESH_ROUNDS:
-        confirmed = await confirm_dead(ctx, blockers.suspects(offer, snap))
+        confirmed = await confirm_dead(ctx, blockers.suspects(offer, snap), until)
         if confirmed:
             plan = blockers.reclaim_plan(offer, snap.with_dead(confirmed), count)
     if not plan:
@@ -38,12 +40,12 @@ async def make(ctx: Context, offer: Offer, count: int, snap: Snapshot, attempt: 
     return await reclaim(ctx, [c.id for c in plan], f"room for {offer.resource}")
 
 
-async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
+async def confirm_dead(ctx: Context, uids: list[str], until: float) -> set[str]:
     """The Pods among `uids` the watcher now confirms finished or gone (no answer: not dead)."""
 
     async def ask(uid: str) -> str | None:
         try:
-            reply = await podmatch.pod_state(ctx, uid, fresh=True)
+            reply = await podmatch.pod_state(ctx, uid, until)
         except podmatch.LookupFailed as exc:
             log.info("%s; its partitions stay", exc)
             return None

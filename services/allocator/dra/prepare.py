@@ -115,24 +115,24 @@ class Preparer:
             doc, revision = current or await self.ctx.store.read(w.spec.card)
         except StoreReadError as exc:
             raise PrepareError(f"{w.asked}: {exc}; nothing was prepared") from exc
-        writes.track({w.spec.card: doc}, {w.spec.card: revision})  # the claim writes go against it
+        revisions = writes.Revisions({w.spec.card: doc}, {w.spec.card: revision})  # writes use it
         existing = doc.claims.get(w.claim_id)
         if existing is None:
             claim = new_claim(w, time.time())
-            if not await writes.begin(self.ctx, claim):
+            if not await writes.begin(self.ctx, claim, revisions):
                 raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition claimed "
                                    "meanwhile; nothing was prepared and kubelet may retry")
             await faults.reach("allocator.after_claim")
-            instance = await self._create(w, claim)
+            instance = await self._create(w, claim, revisions)
         elif existing.state == "creating":
             claim = existing
             decision(log, "retried prepare completes a creating claim", pod_uid=claim.pod_uid,
                      card=claim.card, claim_id=claim.id)
-            instance = await self._adopt(w, claim) or await self._create(w, claim)
+            instance = await self._adopt(w, claim) or await self._create(w, claim, revisions)
         elif existing.state == "active" and existing.instance is not None:
             if existing.unprepared_at:
                 # Unprepared, still allocated, and now a Pod of this node uses it again.
-                await writes.unprepared(self.ctx, existing, 0.0)
+                await writes.unprepared(self.ctx, existing, 0.0, revisions)
             return await self._cdi(existing)
         else:
             raise PrepareError(f"{w.asked}: device {w.device} is {existing.state} "
@@ -140,9 +140,10 @@ class Preparer:
                                "again")
         await faults.reach("allocator.after_create")
         try:
-            active = await writes.activate(self.ctx, claim, instance)
+            active = await writes.activate(self.ctx, claim, instance, revisions)
         except (writes.Released, writes.Vanished) as exc:
-            await partitions.undo(self.ctx, [(claim, instance)], [], f"released meanwhile: {exc}")
+            await partitions.undo(self.ctx, [(claim, instance)], [], f"released meanwhile: {exc}",
+                                  revisions)
             raise PrepareError(f"{w.asked}: its Pod was declared gone while device {w.device} "
                                "was being created; the new partition was destroyed again") from exc
         cid = await self._cdi(active)
@@ -155,11 +156,12 @@ class Preparer:
         except Refusal as exc:
             raise PrepareError(f"{w.asked}: {exc.message}") from exc
 
-    async def _create(self, w: Wanted, claim: Claim) -> Instance:
+    async def _create(self, w: Wanted, claim: Claim, revisions: writes.Revisions) -> Instance:
         try:
             return await partitions.create(self.ctx, claim)
         except DriverError as exc:
-            behind = await partitions.failed_create(self.ctx, claim, f"create failed: {exc}")
+            behind = await partitions.failed_create(self.ctx, claim, f"create failed: {exc}",
+                                                   revisions)
             raise PrepareError(f"{w.asked}: creating {claim.profile} at {claim.start} on card "
                                f"{claim.card} failed ({exc}); {behind}, and kubelet may "
                                "retry") from exc
