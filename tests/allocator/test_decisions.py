@@ -19,7 +19,7 @@ from schemas import CardClaims, Claim, ContainerRequest, LiveInstance, PodRecord
 from schemas.events import ClaimState
 from services.allocator.core import catalog, tokens
 from services.allocator.core.snapshot import Snapshot
-from services.allocator.deviceplugin import blockers
+from services.allocator.deviceplugin import where as blockers
 from services.allocator.deviceplugin import whichpod as podmatch
 from services.allocator.deviceplugin import whichpod as retry
 from tests_support import UID, make_claim

@@ -33,7 +33,7 @@ async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),
                   {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
-    edits, names = await handoff.prepare(ctx, claims)
+    edits, names = await handoff.partition_handoff(ctx, claims)
     response = reply.partition_response(claims, edits, names)
     record = "/etc/dmi_mig_config/ci/dev0gi1ci0.conf"
     assert response.envs["DMI_MIG_VISIBLE_DEVICE"] == inst.uuid

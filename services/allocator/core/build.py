@@ -46,7 +46,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
         pods=PodView(nc, config.node, changes.touch),
         changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
     )
-    store.announce_after = ctx.settled  # the audit follows the Allocates in flight
+    store.announce_after = ctx.quiet  # the audit follows the Allocates in flight
     return ctx, claims.kv
 
 

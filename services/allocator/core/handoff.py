@@ -64,7 +64,7 @@ async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
         raise _refusal(claims, "slice(s)", "set up", exc) from exc
 
 
-async def prepare(ctx: Context, claims: Sequence[Claim], *,
+async def partition_handoff(ctx: Context, claims: Sequence[Claim], *,
                   first: Callable[[], None] | None = None) -> tuple[ContainerEdits, list[str]]:
     """The container edits of `claims` and the qualified CDI names written for them. `first`:
     blocking work run in the same thread hop just before the edits (what it raises, the call

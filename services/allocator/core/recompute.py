@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 # change that follows a short pass is taken a few milliseconds later. A fixed 20 ms pace made the
 # reclaim's second claim change (the removal, some 10 ms after `releasing`) wait for it.
 MIN_REST = 0.002
-# A pass waits (`Context.settled`) for the Allocates in flight to finish: they are on kubelet's
+# A pass waits (`Context.quiet`) for the Allocates in flight to finish: they are on kubelet's
 # critical path and the pass would only compete with them; every Allocate touches when it ends.
 
 
@@ -73,7 +73,7 @@ class Recompute:
         while True:
             await self.ctx.changes.pending()
             number = self.ctx.changes.passes
-            await self.ctx.settled()
+            await self.ctx.quiet()
             started = loop.time()
             if await self.once():
                 first.set()
@@ -124,7 +124,7 @@ class Recompute:
         """Touch when the cards' instances differ from the ones last advertised: instances made
         or destroyed outside partkeeper change no claim, so nothing else would notice."""
         async def poll() -> None:
-            await self.ctx.settled()  # an enumeration now would hold up an Allocate's create
+            await self.ctx.quiet()  # an enumeration now would hold up an Allocate's create
             # A card that cannot be read is the recompute's to report; the poll only looks again.
             with contextlib.suppress(SnapshotError):
                 current = await read_instances(self.ctx)

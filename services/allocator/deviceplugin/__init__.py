@@ -8,7 +8,8 @@ section 5).
     whichpod.py      which Pod and container the Allocate serves, and whether it is kubelet's
                      retry: pure decisions over what podmatch.py gathered
     podmatch.py      asking the watcher and kubelet about the Pods (the I/O of those decisions)
-    room.py, blockers.py  making room when an Allocate does not fit, and saying why it does not
+    where.py         where the partitions go and what follows a plan that wrote nothing (pure)
+    room.py          making room when an Allocate does not fit (asks the watcher, the reclaimer)
     reply.py         the ContainerAllocateResponse and the partition descriptor (pure)
     removals.py      the capacity update after a reclaim, in the reclaim's trace
 """

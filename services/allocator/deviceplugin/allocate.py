@@ -41,7 +41,7 @@ from services.allocator.core.placement import Spot, place
 from services.allocator.core.refusal import Refusal, Result
 from services.allocator.core.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
 from services.allocator.core.writes import Target
-from services.allocator.deviceplugin import blockers, podmatch, reply, room, whichpod
+from services.allocator.deviceplugin import podmatch, reply, room, where, whichpod
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -231,7 +231,6 @@ class Allocator:
         revisions their writes left, for the writes that follow."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        deadline = until
         attempt = made_at = 0
         while True:
             change = self.ctx.changes.next_change()
@@ -246,23 +245,25 @@ class Allocator:
                     claims = await self._begin(offer, target, ids, spots, revisions)
                     if claims is not None:
                         return claims, revisions
-            if spots is None and not snap.fresh:
+            step = where.after_miss(placed=spots is not None, fresh=snap.fresh,
+                                    attempt=attempt + 1, made_room_at=made_at,
+                                    remaining=until - loop.time())
+            if step is where.Step.READ_FRESH:
                 continue
             attempt += 1
-            remaining = deadline - loop.time()
-            # Plan again at once after room was made, but not twice in a row: a reclaimer that
-            # says "destroyed" while the room stays taken must not be asked in a tight loop.
-            if spots is None and remaining > 0 and made_at != attempt - 1 and \
-                    await self._make_room(offer, ids, snap, attempt, until):
-                made_at = attempt
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if step is where.Step.MAKE_ROOM:
+                if await self._make_room(offer, ids, snap, attempt, until):
+                    made_at = attempt
+                    continue
+                step = where.after_miss(placed=False, fresh=True, attempt=attempt,
+                                        made_room_at=made_at, remaining=until - loop.time(),
+                                        room_failed=True)
+            if step is where.Step.REFUSE:
                 waited = loop.time() - started
-                raise Refusal(Result.FULL, blockers.describe(offer, snap, len(ids), self.ctx.node,
-                                                            waited, target))
-            if spots is None:
-                pause = min(remaining, self.ctx.options.lookup.delay(attempt) * 4)
+                raise Refusal(Result.FULL, where.describe(offer, snap, len(ids), self.ctx.node,
+                                                         waited, target))
+            if step is where.Step.WAIT:
+                pause = min(until - loop.time(), where.ROOM_WAIT(attempt))
                 await woken_or_timeout(change, pause)
 
     async def _make_room(
@@ -321,10 +322,10 @@ class Allocator:
         task = asyncio.create_task(work, name=f"realise {claims[0].id}")
         for claim in claims:
             self._work[claim.id] = task
-        task.add_done_callback(lambda t: self._settled(t, claims))
+        task.add_done_callback(lambda t: self._forget(t, claims))
         return await asyncio.shield(task)
 
-    def _settled(self, task: asyncio.Task[list[Claim]], claims: list[Claim]) -> None:
+    def _forget(self, task: asyncio.Task[list[Claim]], claims: list[Claim]) -> None:
         for claim in claims:
             if self._work.get(claim.id) is task:
                 del self._work[claim.id]
@@ -369,14 +370,14 @@ class Allocator:
             # The descriptors are written in the thread hop of the container edits: one hop
             # instead of two on every Allocate, the descriptors still first.
             with _tracer.start_as_current_span("container edits"):
-                edits, cdi_names = await handoff.prepare(
+                edits, cdi_names = await handoff.partition_handoff(
                     self.ctx, claims, first=lambda: self._write_descriptors(claims))
             response = reply.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response
 
     def _write_descriptors(self, claims: list[Claim]) -> None:
-        """Blocking: runs in the container edits' thread (`handoff.prepare`)."""
+        """Blocking: runs in the container edits' thread (`handoff.partition_handoff`)."""
         for claim in claims:
             body = encode(reply.descriptor(claim, self.ctx.card(claim.card)))
             uuid = claim.instance.uuid if claim.instance else ""

@@ -74,7 +74,7 @@ class Preparer:
         await asyncio.gather(*self._work.values(), return_exceptions=True)
 
     async def prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
-        with self.ctx.serving():  # the recompute and the audit wait for it (`Context.settled`)
+        with self.ctx.serving():  # the recompute and the audit wait for it (`Context.quiet`)
             return await self._prepare(ref)
 
     async def _prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
@@ -170,7 +170,7 @@ class Preparer:
         """The partition's CDI spec, written as device-plugin mode's CDI strategy writes it
         (DRA mode always runs with that strategy); its qualified name."""
         try:
-            _, names = await handoff.prepare(self.ctx, [claim])
+            _, names = await handoff.partition_handoff(self.ctx, [claim])
         except Refusal as exc:
             raise PrepareError(f"{claim.resource_claim}: {exc.message}") from exc
         if not names:
