@@ -8,8 +8,10 @@
       releasing    -> an error: the claim is on its way out
 
 The claim is durable before the driver is asked (invariant 4), so a crash at any step leaves a
-record that the retry completes or the reclaimer removes. A device's realisation runs in a task
-that outlives kubelet giving up on the call, so a retry joins it instead of racing it.
+record that the retry completes or the reclaimer removes. Create (or adopt), activate and the
+undo on failure are the core's `partitions.realise`, the same as device-plugin mode's. A
+device's realisation runs in a task that outlives kubelet giving up on the call, so a retry
+joins it instead of racing it.
 
 Unprepare never destroys, nor releases: it records that kubelet is done with the claim on this
 node (kubelet calls it once the claim's last Pod here is gone, however many Pods share it), and
@@ -32,7 +34,6 @@ from partkeeper import cdi, faults
 from partkeeper.claims import StoreReadError, TransitionError
 from partkeeper.claims.store import ConflictExhausted
 from partkeeper.dra import DRIVER
-from partkeeper.drivers import DriverError, Instance
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
@@ -123,12 +124,11 @@ class Preparer:
                 raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition claimed "
                                    "meanwhile; nothing was prepared and kubelet may retry")
             await faults.reach("allocator.after_claim")
-            instance = await self._create(w, claim, revisions)
+            active = await self._made(w, claim, revisions, resume=False)
         elif existing.state == "creating":
-            claim = existing
-            decision(log, "retried prepare completes a creating claim", pod_uid=claim.pod_uid,
-                     card=claim.card, claim_id=claim.id)
-            instance = await self._adopt(w, claim) or await self._create(w, claim, revisions)
+            decision(log, "retried prepare completes a creating claim", pod_uid=existing.pod_uid,
+                     card=existing.card, claim_id=existing.id)
+            active = await self._made(w, existing, revisions, resume=True)
         elif existing.state == "active" and existing.instance is not None:
             if existing.unprepared_at:
                 # Unprepared, still allocated, and now a Pod of this node uses it again.
@@ -138,33 +138,26 @@ class Preparer:
             raise PrepareError(f"{w.asked}: device {w.device} is {existing.state} "
                                f"({existing.release_reason or 'released'}); it is not prepared "
                                "again")
-        await faults.reach("allocator.after_create")
-        try:
-            active = await writes.activate(self.ctx, claim, instance, revisions)
-        except (writes.Released, writes.Vanished) as exc:
-            await partitions.undo(self.ctx, [(claim, instance)], [], f"released meanwhile: {exc}",
-                                  revisions)
-            raise PrepareError(f"{w.asked}: its Pod was declared gone while device {w.device} "
-                               "was being created; the new partition was destroyed again") from exc
         cid = await self._cdi(active)
         await faults.reach("allocator.after_active")
         return cid
 
-    async def _adopt(self, w: Wanted, claim: Claim) -> Instance | None:
+    async def _made(
+        self, w: Wanted, claim: Claim, revisions: writes.Revisions, *, resume: bool
+    ) -> Claim:
+        """The claim's partition created (or, resuming, adopted) and the claim active, by the
+        one realisation both modes use (`partitions.realise`: undone on failure); its refusal
+        becomes the claim's error for kubelet."""
         try:
-            return await partitions.adopt(self.ctx, claim)
+            [active] = await partitions.realise(self.ctx, [claim], resume=resume,
+                                                known=revisions)
+        except partitions.Displaced as exc:
+            raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition made "
+                               f"meanwhile ({exc}); nothing was prepared and kubelet may "
+                               "retry") from exc
         except Refusal as exc:
             raise PrepareError(f"{w.asked}: {exc.message}") from exc
-
-    async def _create(self, w: Wanted, claim: Claim, revisions: writes.Revisions) -> Instance:
-        try:
-            return await partitions.create(self.ctx, claim)
-        except DriverError as exc:
-            behind = await partitions.failed_create(self.ctx, claim, f"create failed: {exc}",
-                                                   revisions)
-            raise PrepareError(f"{w.asked}: creating {claim.profile} at {claim.start} on card "
-                               f"{claim.card} failed ({exc}); {behind}, and kubelet may "
-                               "retry") from exc
+        return active
 
     async def _cdi(self, claim: Claim) -> str:
         """The partition's CDI spec, written as device-plugin mode's CDI strategy writes it
