@@ -7,7 +7,7 @@
     capacity.py, tokens.py, advertise.py, recompute.py   what is free, computed and published
     writes.py      the claims writer: every claim transition the allocator makes
     partitions.py  realising a partition claim: create (or adopt) -> activate, undo on failure
-    slices.py      realising logical slices: the limiter files -> activate
+    sliced.py      realising logical slices of sliced cards: the limiter files -> activate
     handoff.py     what a container needs for its active claims: edits and CDI specs
     reclaimer.py   asking the reclaimer to make room now
     patience.py    the bounded wait for a claims store that does not answer

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from partkeeper import cdi
 from partkeeper.drivers.base import ContainerEdits, DriverError, Instance
 from schemas import Claim
-from services.allocator.core import slices
+from services.allocator.core import sliced
 from services.allocator.core.context import Context
 from services.allocator.core.refusal import Refusal, Result
 
@@ -92,10 +92,10 @@ async def slice_handoff(ctx: Context, claims: list[Claim]) -> tuple[ContainerEdi
     """Everything a container of active slice `claims` (in token order) gets, and the qualified
     CDI name of their spec where that strategy is on; logs the allocation's line saying whether
     the slices are enforced."""
-    config = slices.config_for(claims, {c.index: c for c in ctx.cards},
+    config = sliced.config_for(claims, {c.index: c for c in ctx.cards},
                                ctx.config.slices_per_card, ctx.limiter)
-    edits = slices.slice_edits(claims, config, ctx.config.pods_dir,
-                               await card_edits(ctx, claims), slices.limiter_edits(ctx, claims))
+    edits = sliced.slice_edits(claims, config, ctx.config.pods_dir,
+                               await card_edits(ctx, claims), sliced.limiter_edits(ctx, claims))
     names: list[str] = []
     if ctx.config.device_list_strategy == "cdi":
         first = claims[0]
@@ -109,7 +109,7 @@ async def slice_handoff(ctx: Context, claims: list[Claim]) -> tuple[ContainerEdi
                           f"{','.join(c.id for c in claims)} are set up but {exc}; kubelet may "
                           "retry") from exc
         names.append(cdi.qualified(first.id))
-    slices.log_handed_out(ctx, claims, config)
+    sliced.log_handed_out(ctx, claims, config)
     return edits, names
 
 

@@ -27,7 +27,7 @@ from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import Claim, NodeCapacity, encode
 from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
-from services.allocator.core import slices
+from services.allocator.core import sliced
 from services.allocator.core.advertise import advertise, same
 from services.allocator.core.context import Context
 from services.allocator.core.snapshot import SnapshotError, read, read_instances
@@ -136,7 +136,7 @@ class Recompute:
 
     async def _publish(self, doc: NodeCapacity) -> None:
         # Who enforces the slices, for `partkeeper status` (set at start, partkeeper.limiter).
-        doc = msgspec.structs.replace(doc, slice_limiter=slices.limiter_view(self.ctx))
+        doc = msgspec.structs.replace(doc, slice_limiter=sliced.limiter_view(self.ctx))
         if same(doc, self.published):
             return
         try:

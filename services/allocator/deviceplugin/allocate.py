@@ -34,7 +34,7 @@ from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
-from services.allocator.core import events, handoff, partitions, patience, slices, writes
+from services.allocator.core import events, handoff, partitions, patience, sliced, writes
 from services.allocator.core.catalog import Offer
 from services.allocator.core.context import Context
 from services.allocator.core.placement import Spot, place
@@ -316,7 +316,7 @@ class Allocator:
     ) -> list[Claim]:
         """Create/activate in a task that outlives a cancelled call (see the module docstring)."""
         if offer.kind == "slice":
-            work = slices.realise(self.ctx, claims, revisions)
+            work = sliced.realise(self.ctx, claims, revisions)
         else:
             work = partitions.realise(self.ctx, claims, resume=resume, known=revisions)
         task = asyncio.create_task(work, name=f"realise {claims[0].id}")
