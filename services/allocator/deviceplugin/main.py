@@ -73,7 +73,7 @@ async def _start(parts: Parts, life: Lifecycle) -> None:
     # Stopped after the tasks, in this order: the Allocate calls in flight first (the servers'
     # handlers wait on them), then registration and the plugin servers, then the claims
     # announcements those calls left in flight.
-    life.on_stop("the audit announcements", parts.ctx.store.settle)
+    life.on_stop("the audit announcements", parts.ctx.store.drain)
     life.on_stop("registration and the plugin servers", parts.registrar.stop)
     life.on_stop("the Allocate calls", parts.allocator.close)
     for server in parts.servers:

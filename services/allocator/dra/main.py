@@ -62,7 +62,7 @@ async def serve(
         await life.until(published)
         # Stopped after the tasks, in this order: the sockets, then the realisations in flight,
         # then the claims announcements they left in flight.
-        life.on_stop("the audit announcements", ctx.store.settle)
+        life.on_stop("the audit announcements", ctx.store.drain)
         life.on_stop("the DRA calls in flight", preparer.close)
         life.on_stop("the kubelet plugin", plugin.stop)
         try:
