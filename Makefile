@@ -29,8 +29,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-# mypy over schemas/, partkeeper/, services/ and sim/partkeeper_sim/: strict on the schemas, the claims store, the
-# bus and the services' pure decision modules, normal elsewhere (pyproject.toml [tool.mypy]).
+# mypy over schemas/, partkeeper/, services/, sim/partkeeper_sim/, tests/ and bench/: strict on the schemas,
+# the claims store, the bus and the services' pure decision modules, normal elsewhere
+# (pyproject.toml [tool.mypy]).
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

@@ -64,9 +64,9 @@ from schemas.names import (
     encode_token,
     pods_key,
 )
+from services.allocator.core.options import Options
+from services.allocator.deviceplugin.registration import endpoint_name
 from services.allocator.main import serve as serve_allocator
-from services.allocator.options import Options
-from services.allocator.registration import endpoint_name
 from tests_support.lone_allocator import lone_config, pending_watcher
 
 NODE = "bench-node"

@@ -38,7 +38,7 @@ from partkeeper.kubelet import HEALTHY
 from partkeeper_sim.driver import FaultOp
 from partkeeper_sim.kubelet import PodState
 from partkeeper_sim.stack.natsserver import NatsServer
-from services.allocator import capacity, catalog
+from services.allocator.core import capacity, catalog
 from tests_support import show_waiting_tasks
 
 PROFILES = ("1g.10gb", "3g.40gb", "7g.80gb")

@@ -32,8 +32,8 @@ from partkeeper_sim.kubelet.cluster import ClusterPodSource
 from partkeeper_sim.kubelet.kubelet import SimKubelet
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, encode_token
+from services.allocator.core.options import LookupPolicy, Options
 from services.allocator.main import serve as serve_allocator
-from services.allocator.options import LookupPolicy, Options
 from services.reclaimer.main import serve as serve_reclaimer
 from services.reclaimer.tuning import Tuning as ReclaimerTuning
 from services.watcher.main import serve as serve_watcher

@@ -18,7 +18,7 @@ from partkeeper_sim.stack.launch import Stack
 from partkeeper_sim.stack.observe import DemoError, Observer, PodTrack
 from partkeeper_sim.stack.probe import Probe
 from partkeeper_sim.stack.scheduling import Scheduler
-from services.allocator.registration import endpoint_name
+from services.allocator.deviceplugin.registration import endpoint_name
 
 ADMIT_SECONDS = 30.0  # a replacement from creation to Running; also its claim to be active
 # Allocator pushes are due within 100 ms of a change (docs/contract.md section 5): this long

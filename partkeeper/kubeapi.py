@@ -7,6 +7,9 @@ mounts into the containers that talk to the API server (the watcher; the allocat
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 from kubernetes import client
 from kubernetes import config as kube_config
 
@@ -17,3 +20,13 @@ def api_client(kubeconfig: str | None) -> client.ApiClient:
     configuration = client.Configuration()
     kube_config.load_incluster_config(client_configuration=configuration)
     return client.ApiClient(configuration)
+
+
+async def connect(kubeconfig: str | None, error: Callable[[str], Exception]) -> client.ApiClient:
+    """`api_client`, built off the event loop (it reads files); what stops it is raised as
+    `error(message)`, naming where the configuration came from."""
+    try:
+        return await asyncio.to_thread(api_client, kubeconfig)
+    except Exception as exc:
+        source = f"KUBECONFIG={kubeconfig}" if kubeconfig else "in-cluster config"
+        raise error(f"cannot configure API server access from {source}: {exc}") from exc

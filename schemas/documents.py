@@ -11,6 +11,8 @@ from schemas.pods import ContainerRequest, PodPhase, PodState
 from schemas.version import CURRENT
 
 ClaimKind = Literal["partition", "slice"]
+# The profile of every claim of kind "slice": a logical slice of a card not in partition mode.
+SLICE_PROFILE = "sliced"
 
 
 class LiveInstance(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,7 +9,7 @@ log (outbox.py): each write carries its transitions' `ClaimChanged` entries, pub
 write and stripped once published; `flush_outbox` re-sends whatever an earlier write or process
 left there. The publish is not awaited by the writer: the entry is durable with the write, so
 the caller (an Allocate, a release) goes on while one sender per card sends its entries in
-write order; `settle` waits for them at a stop.
+write order; `drain` waits for them at a stop.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class ClaimsStore:
 
     def last(self, card: int) -> tuple[CardClaims, int] | None:
         """The newest document of `card` this store has read or written, with its revision (no
-        read: the caller judges whether it is still current, services/allocator/views.py)."""
+        read: the caller judges whether it is still current, services/allocator/core/views.py)."""
         return self._last.get(card)
 
     def _saw(self, card: int, doc: CardClaims, revision: int) -> tuple[CardClaims, int]:
@@ -187,7 +187,7 @@ class ClaimsStore:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def settle(self, timeout: float = PUBLISH_SECONDS) -> None:
+    async def drain(self, timeout: float = PUBLISH_SECONDS) -> None:
         """Wait (bounded) for the announcements in flight, then drop what is left: it stays in
         the documents for the next `flush_outbox`. For a service's stop."""
         pending = set(self._sending)

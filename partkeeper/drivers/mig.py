@@ -456,11 +456,15 @@ def leftover_at(spec: InstanceSpec, existing: Iterable[Instance]) -> Instance | 
                  if (i.profile, i.start) == (spec.profile, spec.start) and not i.complete), None)
 
 
-def refuse_overlap(spec: InstanceSpec, size: int, existing: Iterable[Instance]) -> None:
+def refuse_overlap(
+    spec: InstanceSpec, size: int, existing: Iterable[Instance], op: str = "create"
+) -> None:
+    """PlacementError naming the first of `existing` that `size` slices at `spec` overlap."""
     for other in existing:
         if profiles.overlaps((spec.start, size), other.placement):
-            cause = f"slices {spec.start}-{spec.start + size - 1} overlap this {other.profile}"
-            raise PlacementError("create", spec.card, other.uuid or f"GI {other.gi_id}", cause)
+            cause = (f"slices {spec.start}-{spec.start + size - 1} overlap this {other.profile} "
+                     f"at start {other.start}")
+            raise PlacementError(op, spec.card, other.uuid or f"GI {other.gi_id}", cause)
 
 
 def profile_view(p: GiProfile) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def sighting(
 def needs_sighting(claim: Claim, pod: PodVerdict) -> bool:
     """Whether `decide` looks at the card's enumeration for `claim`. A claim of a dead Pod that is
     not releasing yet is released whatever the card shows (the destroy that follows enumerates
-    afresh), so the common first step of a reclaim needs no driver call (issue 27)."""
+    afresh), so the common first step of a reclaim needs no driver call."""
     if claim.state == "releasing" or claim.state not in KNOWN_STATES:
         return True
     return not (is_dead(pod) and not claim.resource_claim_uid)

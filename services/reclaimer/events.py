@@ -64,7 +64,7 @@ class PodEventHandler:
             return
         started = [self.jobs.ensure(c.card, c.id, evidence) for c in claims]
         patience = self.ctx.tuning.event_patience
-        if await self.jobs.settle(started, patience, tick=delivery.progress):
+        if await self.jobs.wait_idle(started, patience, tick=delivery.progress):
             decision(log, "every claim resolved; event done", pod_uid=event.uid,
                      claims=[c.id for c in claims], why=evidence.reason)
             return

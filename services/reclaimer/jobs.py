@@ -48,7 +48,8 @@ class Job:
         return self.outcome.done() and not self.outcome.cancelled() and self.outcome.result().done
 
     @property
-    def settled(self) -> bool:
+    def idle(self) -> bool:
+        """Nothing more happens to it without a wake-up: resolved, failed or stalled."""
         return self.outcome.done() or self.stalled
 
 
@@ -77,7 +78,7 @@ class Jobs:
             job.wake.set()
         return job
 
-    async def settle(
+    async def wait_idle(
         self, jobs: list[Job], patience: float, *, tick: Callable[[], Awaitable[None]] | None = None
     ) -> bool:
         """Wait until every job is resolved or stalled, at most `patience` seconds.
@@ -88,7 +89,7 @@ class Jobs:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + patience
         next_tick = loop.time() + TICK_SECONDS
-        while not all(j.settled for j in jobs):
+        while not all(j.idle for j in jobs):
             left = deadline - loop.time()
             if left <= 0:
                 break

@@ -68,7 +68,7 @@ async def serve(
     )
     await consumer.ensure()
     async with Lifecycle(NAME) as life:
-        life.on_stop("the audit announcements", store.settle)  # after the jobs' last writes
+        life.on_stop("the audit announcements", store.drain)  # after the jobs' last writes
         life.on_stop("destroy jobs", jobs.close)
         service = await serve_rpc(
             nc, name=SERVICE_RECLAIMER, version=__version__,

@@ -51,7 +51,7 @@ class ReclaimNowHandler:
             assert claim is not None
             started[cid] = self.jobs.ensure(claim.card, cid, pods[claim.pod_uid], urgent=True)
         if started:
-            await self.jobs.settle(list(started.values()), self.ctx.tuning.now_wait)
+            await self.jobs.wait_idle(list(started.values()), self.ctx.tuning.now_wait)
         outcomes = [self._outcome(cid, refused.get(cid), started.get(cid), index.get(cid))
                     for cid in wanted]
         return ReclaimNowReply(outcomes=outcomes)

@@ -162,7 +162,7 @@ async def _destroy(ctx: Context, claim: Claim, instance: Instance, evidence: Evi
     await faults.reach("reclaimer.after_destroy")
     # The driver has just confirmed it gone, as after a mode-off above: the removal follows at
     # once, on a fresh read of the claim, without enumerating the card again to see it absent
-    # (a driver call on the way to re-advertising the room, issue 27). What the card shows
+    # (a driver call on the way to re-advertising the room). What the card shows
     # still decides the advertisement: the allocator enumerates before it offers a slot.
     return await _remove(ctx, claim)
 

@@ -90,11 +90,7 @@ class Kube:
         cls, config: Config, *, request_timeout: tuple[float, float] = (3.0, 15.0)
     ) -> Kube:
         """A client from `config.kubeconfig`, else the in-cluster service account."""
-        try:
-            api_client = await asyncio.to_thread(kubeapi.api_client, config.kubeconfig)
-        except Exception as exc:
-            source = f"KUBECONFIG={config.kubeconfig}" if config.kubeconfig else "in-cluster config"
-            raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
+        api_client = await kubeapi.connect(config.kubeconfig, KubeError)
         return cls(client.CoreV1Api(api_client), config.node, request_timeout=request_timeout)
 
     def close(self, join_timeout: float = 4.0) -> None:

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schemas import AllocateRefused, ClaimChanged, DestroyFailed, PartitionEvent
+from schemas.documents import SLICE_PROFILE
 from schemas.names import NODE_SCOPE, card_token
 from schemas.pods import InvalidPodUID, validate_pod_uid
 
 EventType = Literal["Normal", "Warning"]
-SLICED_PROFILE = "sliced"  # the profile the allocator gives logical-slice claims
 NAME_LIMIT = 253
 _HASH_CHARS = 16
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -114,7 +114,7 @@ def _claim_changed(event: ClaimChanged) -> Note | None:
 
 
 def _partition(event: ClaimChanged) -> str:
-    if event.profile == SLICED_PROFILE:
+    if event.profile == SLICE_PROFILE:
         return f"logical slice {event.start} on card {event.card}"
     uuid = f" ({event.instance_uuid})" if event.instance_uuid else ""
     return (f"MIG partition {event.profile} on card {event.card} at placement "

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from partkeeper.drivers import profiles
+from partkeeper.drivers import mig, profiles
 from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
@@ -410,26 +410,21 @@ def _place(state: SimState, spec: InstanceSpec, op: str, carved: bool) -> Instan
         legal = ", ".join(map(str, profile.starts))
         cause = f"start {spec.start} is not a legal placement of {spec.profile} (legal: {legal})"
         raise PlacementError(op, card.index, None, cause)
-    other = _collision(card, spec.start, profile.size)
-    if other is not None and op == "create" and _left_without_ci(other, spec):
+    existing = [_to_instance(card, i) for i in card.instances]
+    left = mig.leftover_at(spec, existing) if op == "create" else None
+    if left is not None:
         # What a create stopped halfway left: the retried create makes its compute instance,
-        # as the real drivers complete such a GPU instance rather than refuse the slot.
+        # as the one MIG algorithm completes such a GPU instance rather than refuse the slot.
+        other = next(i for i in card.instances if i.gi_id == left.gi_id)
         other.ci_id = 0
         other.uuid = instance_uuid(card, other.gi_id, 0, spec.profile, spec.start)
         return _to_instance(card, other)
-    if other is not None:
-        last = spec.start + profile.size - 1
-        cause = f"slices {spec.start}-{last} overlap this {other.profile} at start {other.start}"
-        raise PlacementError(op, card.index, other.uuid, cause)
+    mig.refuse_overlap(spec, profile.size, existing, op)
     gi_id = _lowest_free_gi(card)
     uuid_ = instance_uuid(card, gi_id, 0, spec.profile, spec.start)
     inst = SimInstance(gi_id, 0, uuid_, spec.profile, spec.start, profile.size, carved=carved)
     card.instances.append(inst)
     return _to_instance(card, inst)
-
-
-def _left_without_ci(inst: SimInstance, spec: InstanceSpec) -> bool:
-    return inst.ci_id < 0 and (inst.profile, inst.start) == (spec.profile, spec.start)
 
 
 def _half_create(state: SimState, spec: InstanceSpec) -> None:

@@ -137,7 +137,7 @@ def write_state(path: Path, state: SimState) -> None:
 
 
 # A transaction holds the lock for a fraction of a millisecond, so a waiter retries at that pace:
-# the sim's latencies are what the reclaim and DRA benchmarks measure (issue 27), and a coarser
+# the sim's latencies are what the reclaim and DRA benchmarks measure, and a coarser
 # poll (filelock's default is 50 ms) would be measured instead.
 LOCK_POLL_SECONDS = 0.001
 

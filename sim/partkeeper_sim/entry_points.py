@@ -22,7 +22,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def add_up(sub: Subparsers) -> None:
-    """`partkeeper up`: the embedded default (DESIGN.md section 4)."""
+    """`partkeeper up`: the embedded default (docs/contract.md, section 4)."""
     up = sub.add_parser("up", help="embedded NATS, simulated cluster and cards, the four services")
     up.add_argument("--demo", action="store_true", help="run the scripted scenario and exit")
     up.add_argument("--workdir", help="where state and logs go (default: a temp dir)")
@@ -32,7 +32,7 @@ def add_up(sub: Subparsers) -> None:
 
 
 def add_sim(sub: Subparsers) -> None:
-    """`partkeeper sim ...`: the simulated driver's control (DESIGN.md section 6), and `sim
+    """`partkeeper sim ...`: the simulated driver's control (docs/contract.md, section 6), and `sim
     cluster`, the simulated cluster of one node."""
     # The simulated cluster lives with the simulator, not the driver; its module imports only the
     # standard library until the subcommand runs.

@@ -16,9 +16,9 @@ from partkeeper.drivers.base import slot_identity
 from partkeeper.drivers.profiles import model, overlaps
 from schemas import CardClaims, NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
-from services.allocator import catalog
-from services.allocator.advertise import advertise
-from services.allocator.snapshot import Snapshot
+from services.allocator.core import catalog
+from services.allocator.core.advertise import advertise
+from services.allocator.core.snapshot import Snapshot
 from tests_support import make_claim, until
 from tests_support.allocator import MIG, node_stack
 

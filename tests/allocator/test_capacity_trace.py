@@ -21,22 +21,22 @@ from opentelemetry.trace import SpanKind, StatusCode
 from partkeeper.bus import publish
 from schemas import ClaimChanged
 from schemas.names import STREAM_PARTITIONS, parts_filter, parts_subject
-from services.allocator import removals
-from services.allocator.changes import Changes
-from services.allocator.recompute import Recompute
+from services.allocator.core.changes import Changes
+from services.allocator.core.recompute import Recompute
+from services.allocator.deviceplugin import removals
 from tests_support import until
 from tests_support.allocator import node_stack
 
 
 async def _nothing_in_flight() -> None:
-    """`Context.settled` with no Allocate in flight."""
+    """`Context.quiet` with no Allocate in flight."""
 
 
 class Passes(Recompute):
     """The recompute loop over a pass that only counts, and holds where a test says."""
 
     def __init__(self) -> None:
-        ctx: Any = SimpleNamespace(changes=Changes(), settled=_nothing_in_flight)
+        ctx: Any = SimpleNamespace(changes=Changes(), quiet=_nothing_in_flight)
         super().__init__(ctx, {}, None)  # type: ignore[arg-type]  # a stand-in context, not a full Context
         self.reads = 0
         self.hold: dict[int, asyncio.Event] = {}

@@ -22,7 +22,7 @@ from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
 from partkeeper_sim.driver import SimDriver, init_state
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
-from services.allocator.registration import endpoint_name
+from services.allocator.deviceplugin.registration import endpoint_name
 from tests_support import until
 from tests_support.allocator import MIG
 from tests_support.allocator_peers import TableWatcher

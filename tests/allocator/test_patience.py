@@ -12,9 +12,9 @@ import pytest
 
 from partkeeper.bus import NoAnswer, RemoteError
 from partkeeper.claims import StoreReadError
-from services.allocator import patience
-from services.allocator.context import Context
-from services.allocator.snapshot import SnapshotError
+from services.allocator.core import patience
+from services.allocator.core.context import Context
+from services.allocator.core.snapshot import SnapshotError
 
 
 def ctx(budget: float) -> Context:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from partkeeper.drivers import Card, Instance, Mode
 from partkeeper.drivers.profiles import max_instances, model, overlaps
-from services.allocator import capacity, catalog
-from services.allocator.placement import Spot, covered, place
+from services.allocator.core import capacity, catalog
+from services.allocator.core.placement import Spot, covered, place
 from tests_support import make_claim
 
 H100 = model("H100-80GB").profiles

@@ -1,4 +1,4 @@
-"""The allocator's Pod view (services/allocator/podview.py): "loaded" means every record of the
+"""The allocator's Pod view (services/allocator/core/podview.py): "loaded" means every record of the
 node present at the start is in the view, then it follows changes; another node's records never
 enter it."""
 
@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from partkeeper.lifecycle import cancel_all
 from schemas import ContainerRequest, PodRecord, encode
 from schemas.names import BUCKET_PODS, pods_key
-from services.allocator.podview import PodView
+from services.allocator.core.podview import PodView
 from tests_support import until
 
 

@@ -34,9 +34,9 @@ from partkeeper_sim.driver import SimDriver, init_state
 from partkeeper_sim.stack.natsserver import NatsServer
 from schemas import ContainerRequest, PodRecord, encode
 from schemas.names import BUCKET_PODS, encode_token, pods_key
+from services.allocator.core.options import Options
+from services.allocator.deviceplugin.registration import endpoint_name
 from services.allocator.main import serve as serve_allocator
-from services.allocator.options import Options
-from services.allocator.registration import endpoint_name
 from tests_support import until
 from tests_support.audit_hold import hold_audit
 from tests_support.lone_allocator import lone_config, pending_watcher
@@ -47,7 +47,7 @@ RESOURCE = "nvidia.com/mig-1g.10gb"
 # Each line is a step of docs/contract.md section 5; see docs/benchmarks.md, "Allocate".
 ALLOCATE = {
     # no read of the claims: the card's document as this allocator last read or wrote it is
-    # current while the claims watch shows no newer revision (services/allocator/views.py); the
+    # current while the claims watch shows no newer revision (services/allocator/core/views.py); the
     # retry check, the Pod lookup and the plan share it, and both compare-and-sets write against
     # it and then against the first one's revision
     "request pods.pending": 1,  # which Pod: the watcher's view

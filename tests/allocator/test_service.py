@@ -23,8 +23,8 @@ from partkeeper.workdir import MARK, sliced_dir
 from partkeeper_sim.driver import SimDriver, init_state
 from schemas import ClaimsQuery, ClaimsReply
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS, claims_query_subject
+from services.allocator.deviceplugin.registration import endpoint_name
 from services.allocator.main import serve
-from services.allocator.registration import endpoint_name
 from tests_support import instance_of, until
 from tests_support.allocator import FAST, MIG, SLICED, node_stack
 from tests_support.allocator_peers import TableWatcher

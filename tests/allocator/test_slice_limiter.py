@@ -31,7 +31,7 @@ from partkeeper.workdir import sliced_dir
 from partkeeper_sim.driver import SimDriver, init_state
 from schemas import NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
-from services.allocator import slices
+from services.allocator.core import sliced as slices
 from services.allocator.main import serve
 from tests_support import make_claim, until
 from tests_support.allocator import FAST, SLICED, node_stack
@@ -152,7 +152,7 @@ async def test_missing_limiter_files_refuse_the_start(nc, node, tmp_path, absent
 async def test_without_a_limiter_slices_are_reported_unenforced(
     nc, js, node, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger="services.allocator.slices")
+    caplog.set_level(logging.INFO, logger="services.allocator.core.sliced")
     async with node_stack(nc, node, sliced=("A100-40GB",)) as n:
         a = await n.add_pod("a", {"main": {SLICED: 1}})
         await n.phase(a, "Running")
@@ -160,7 +160,7 @@ async def test_without_a_limiter_slices_are_reported_unenforced(
         assert not any(k.startswith("CUDA_DEVICE_") for k in response.envs)
         assert response.envs["PK_SLICE_ENFORCED"] == "false"
         assert "/etc/ld.so.preload" not in {m.container_path for m in response.mounts}
-        [line] = [r for r in caplog.records if r.name == "services.allocator.slices"]
+        [line] = [r for r in caplog.records if r.name == "services.allocator.core.sliced"]
         assert "UNENFORCED" in line.getMessage() and line.slices_enforced is False
         capacity = await _capacity(js, node)
         assert capacity.slice_limiter is not None

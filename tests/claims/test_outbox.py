@@ -174,7 +174,7 @@ async def test_a_publish_sent_twice_is_stored_once(own: tuple[NatsServer, Client
     _, client = own
     first = await store_on(client)
     await first.update(0, lambda d: machine.begin(d, make_claim("c-twice", 0, 2)))
-    await first.settle()
+    await first.drain()
     assert [e.state for e in await audit_of(client, "c-twice")] == ["creating"]
     later = await store_on(client)  # a new process: knows nothing was sent
     assert [e.msg_id for e in (await later.read(0))[0].outbox] == ["claim/c-twice/creating"]
@@ -220,5 +220,5 @@ async def test_a_write_does_not_wait_for_its_announcement_and_they_leave_in_orde
     await asyncio.wait_for(store.update(0, lambda d: machine.activate(d, "c-order", LIVE, 1)), 10)
     assert await audit_of(client, "c-order") == []  # nothing has left yet
     held.set()
-    await store.settle(timeout=10)
+    await store.drain(timeout=10)
     assert [e.state for e in await audit_of(client, "c-order")] == ["creating", "active"]

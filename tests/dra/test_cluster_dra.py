@@ -21,7 +21,7 @@ def pod_body(name: str, template: str) -> dict[str, Any]:
 async def test_big_and_small_on_one_card_wait_instead_of_failing(
     nc, js, node, kubeconfig, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger="services.allocator.room")
+    caplog.set_level(logging.INFO, logger="services.allocator.core.reclaimer")
     async with dra_node(nc, node, kubeconfig) as stack, \
             control_plane(stack, kubeconfig) as (core, resource, scheduler, kubelet):
         await until(lambda: bool(kubelet.plugins), "kubelet registered the DRA plugin")

@@ -23,8 +23,8 @@ from partkeeper.config import Config
 from partkeeper.drivers.base import Instance, InstanceSpec, UnknownError
 from schemas import CardClaims, Claim, LiveInstance
 from schemas.events import ClaimState
-from services.allocator import partitions
-from services.allocator.context import Context
+from services.allocator.core import partitions
+from services.allocator.core.context import Context
 from services.reclaimer.decide import Step, decide, sighting
 from tests_support import make_claim
 from tests_support.drivers import Harness

@@ -22,9 +22,10 @@ from partkeeper.devices import DeviceNode, DeviceNodeError, Roots, partition_nod
 from partkeeper.drivers import Driver, open_driver
 from partkeeper.drivers.base import ContainerEdits, InstanceSpec, ReadError
 from partkeeper.drivers.nvidia.binding import NvmlDriver
-from services.allocator import handoff, reply
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal
+from services.allocator.core import handoff
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal
+from services.allocator.deviceplugin import reply
 from tests_support.drivers import active_claim
 
 
@@ -129,7 +130,7 @@ async def test_a_node_that_cannot_be_made_refuses_naming_it(
     claim = active_claim(inst, "c0")
     config = Config(node=node, driver="nvml", device_list_strategy="cdi", cdi_dir=tmp_path / "cdi")
     with pytest.raises(Refusal) as err:
-        await handoff.prepare(await _context(js, node, driver, config), [claim])
+        await handoff.partition_handoff(await _context(js, node, driver, config), [claim])
     message = err.value.message
     assert (f"cannot create /dev/nvidia-caps/nvidia-cap{minor} (character device "
             f"{CAPS_MAJOR}:{minor}, mode 0444) under {roots.driver_root}: Operation not "
@@ -229,7 +230,7 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
     config = Config(node=node, driver="nvml", device_list_strategy=strategy,
                     cdi_dir=tmp_path / "cdi")
     ctx = await _context(js, node, driver, config)
-    nodes, names = await handoff.prepare(ctx, claims)
+    nodes, names = await handoff.partition_handoff(ctx, claims)
     response = reply.partition_response(claims, nodes, names)
     paths = [d.container_path for d in response.devices]
     assert paths.count("/dev/nvidia0") == 1 and len(paths) == 2 + 1 + 4  # ctl, uvm, card, 4 caps
@@ -263,7 +264,7 @@ async def test_a_capability_that_cannot_be_read_refuses_naming_the_partition_and
     claim = active_claim(inst, "c0")
     config = Config(node=node, driver="nvml", device_list_strategy="cdi", cdi_dir=tmp_path / "cdi")
     with pytest.raises(Refusal) as refused:
-        await handoff.prepare(await _context(js, node, driver, config), [claim])
+        await handoff.partition_handoff(await _context(js, node, driver, config), [claim])
     message = refused.value.message
     assert f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid})" in message
     assert f"instance {inst.uuid}" in message and "claim(s) c0" in message

@@ -13,8 +13,9 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.base import InstanceSpec
-from services.allocator import handoff, reply
-from services.allocator.context import Context
+from services.allocator.core import handoff
+from services.allocator.core.context import Context
+from services.allocator.deviceplugin import reply
 from tests_support.drivers import active_claim
 from tests_support.vendor_rigs import hygon_rig, open_dmi
 
@@ -32,7 +33,7 @@ async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),
                   {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
-    edits, names = await handoff.prepare(ctx, claims)
+    edits, names = await handoff.partition_handoff(ctx, claims)
     response = reply.partition_response(claims, edits, names)
     record = "/etc/dmi_mig_config/ci/dev0gi1ci0.conf"
     assert response.envs["DMI_MIG_VISIBLE_DEVICE"] == inst.uuid

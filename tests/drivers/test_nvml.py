@@ -32,7 +32,7 @@ from partkeeper.drivers.nvidia.binding import NvmlDriver, model_for
 from partkeeper.drivers.nvidia.tables import placements
 from partkeeper.errors import StartupError
 from partkeeper_sim.driver import SimDriver
-from services.allocator import catalog
+from services.allocator.core import catalog
 
 H100, A100 = 0, 1
 

@@ -29,9 +29,9 @@ from partkeeper_sim.driver import SimDriver, init_state
 from partkeeper_sim.kubelet import MemoryPodSource, SimKubelet, pod_manifest
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
+from services.allocator.core.options import LookupPolicy, Options
+from services.allocator.deviceplugin.registration import endpoint_name
 from services.allocator.main import serve
-from services.allocator.options import LookupPolicy, Options
-from services.allocator.registration import endpoint_name
 from services.reclaimer.main import serve as serve_reclaimer
 from services.reclaimer.tuning import Tuning
 from tests_support import until

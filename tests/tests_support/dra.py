@@ -30,8 +30,8 @@ from partkeeper_sim.kubelet.dra import DraKubelet
 from partkeeper_sim.scheduler.loop import DraScheduler
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS, BUCKET_PODS
+from services.allocator.core.options import Options
 from services.allocator.main import serve
-from services.allocator.options import Options
 from tests_support import until
 from tests_support.allocator import FAST
 from tests_support.allocator_peers import TableReclaimer, TableWatcher

@@ -35,8 +35,8 @@ from partkeeper.claims import StoreReadError, TransitionError
 from partkeeper.dra import DRIVER
 from partkeeper.lifecycle import woken_or_timeout
 from schemas import Claim
-from services.allocator import room, writes
-from services.allocator.context import Context
+from services.allocator.core import reclaimer, writes
+from services.allocator.core.context import Context
 from services.allocator.dra.kube import KubeError, ResourceApi
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class ClaimEnds:
                     continue
                 # Destroyed now rather than at the reclaimer's next reconcile pass, and the room
                 # published at once (the claims watch would tell the publisher a little later).
-                if await room.reclaim(self.ctx, [claim.id], reason):
+                if await reclaimer.reclaim(self.ctx, [claim.id], reason):
                     self.ctx.changes.touch()
         return pending
 

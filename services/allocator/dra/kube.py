@@ -40,11 +40,7 @@ class ResourceApi:
 
     @classmethod
     async def connect(cls, config: Config) -> ResourceApi:
-        try:
-            api_client = await asyncio.to_thread(kubeapi.api_client, config.kubeconfig)
-        except Exception as exc:
-            source = f"KUBECONFIG={config.kubeconfig}" if config.kubeconfig else "in-cluster config"
-            raise KubeError(f"cannot configure API server access from {source}: {exc}") from exc
+        api_client = await kubeapi.connect(config.kubeconfig, KubeError)
         return cls(client.ResourceV1Api(api_client), config.node)
 
     def close(self) -> None:

@@ -22,7 +22,8 @@ from partkeeper.config import Config
 from partkeeper.errors import StartupError
 from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
-from services.allocator import build, startup
+from services.allocator.core import build, startup
+from services.allocator.core.options import Options
 from services.allocator.dra import versions
 from services.allocator.dra.claimwatch import ClaimWatch
 from services.allocator.dra.ends import ClaimEnds
@@ -31,7 +32,6 @@ from services.allocator.dra.plugin import KubeletPlugin
 from services.allocator.dra.prepare import Preparer
 from services.allocator.dra.publish import SlicePublisher
 from services.allocator.dra.slicewatch import SliceWatch
-from services.allocator.options import Options
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ async def serve(
         await life.until(published)
         # Stopped after the tasks, in this order: the sockets, then the realisations in flight,
         # then the claims announcements they left in flight.
-        life.on_stop("the audit announcements", ctx.store.settle)
+        life.on_stop("the audit announcements", ctx.store.drain)
         life.on_stop("the DRA calls in flight", preparer.close)
         life.on_stop("the kubelet plugin", plugin.stop)
         try:

@@ -8,8 +8,10 @@
       releasing    -> an error: the claim is on its way out
 
 The claim is durable before the driver is asked (invariant 4), so a crash at any step leaves a
-record that the retry completes or the reclaimer removes. A device's realisation runs in a task
-that outlives kubelet giving up on the call, so a retry joins it instead of racing it.
+record that the retry completes or the reclaimer removes. Create (or adopt), activate and the
+undo on failure are the core's `partitions.realise`, the same as device-plugin mode's. A
+device's realisation runs in a task that outlives kubelet giving up on the call, so a retry
+joins it instead of racing it.
 
 Unprepare never destroys, nor releases: it records that kubelet is done with the claim on this
 node (kubelet calls it once the claim's last Pod here is gone, however many Pods share it), and
@@ -32,17 +34,16 @@ from partkeeper import cdi, faults
 from partkeeper.claims import StoreReadError, TransitionError
 from partkeeper.claims.store import ConflictExhausted
 from partkeeper.dra import DRIVER
-from partkeeper.drivers import DriverError, Instance
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
-from services.allocator import handoff, partitions, writes
-from services.allocator.context import Context
+from services.allocator.core import handoff, partitions, writes
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal
+from services.allocator.core.snapshot import current_claims
 from services.allocator.dra import requests
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.requests import Asked, NotPreparable, Wanted
-from services.allocator.refusal import Refusal
-from services.allocator.snapshot import current_claims
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ class PrepareError(Exception):
 
 
 def new_claim(w: Wanted, now: float) -> Claim:
-    return Claim(
-        id=w.claim_id, kind="partition", state="creating", pod_uid=w.pod_uid,
-        namespace=w.asked.namespace, name=w.pod_name, container=w.request or "claim",
-        resource=DRIVER, device_ids=[w.device], card=w.spec.card, profile=w.spec.profile.name,
-        start=w.spec.start, size=w.spec.size, created_at=now, updated_at=now,
-        resource_claim=f"{w.asked.namespace}/{w.asked.name}", resource_claim_uid=w.asked.uid,
+    return writes.new_claim(
+        writes.Target(w.pod_uid, w.asked.namespace, w.pod_name, w.request or "claim"),
+        kind="partition", resource=DRIVER, token=w.device, card=w.spec.card,
+        profile=w.spec.profile.name, start=w.spec.start, size=w.spec.size, now=now,
+        claim_id=w.claim_id, resource_claim=f"{w.asked.namespace}/{w.asked.name}",
+        resource_claim_uid=w.asked.uid,
     )
 
 
@@ -74,7 +75,7 @@ class Preparer:
         await asyncio.gather(*self._work.values(), return_exceptions=True)
 
     async def prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
-        with self.ctx.serving():  # the recompute and the audit wait for it (`Context.settled`)
+        with self.ctx.serving():  # the recompute and the audit wait for it (`Context.quiet`)
             return await self._prepare(ref)
 
     async def _prepare(self, ref: pb.Claim) -> pb.NodePrepareResourceResponse:
@@ -115,60 +116,54 @@ class Preparer:
             doc, revision = current or await self.ctx.store.read(w.spec.card)
         except StoreReadError as exc:
             raise PrepareError(f"{w.asked}: {exc}; nothing was prepared") from exc
-        writes.track({w.spec.card: doc}, {w.spec.card: revision})  # the claim writes go against it
+        revisions = writes.Revisions({w.spec.card: doc}, {w.spec.card: revision})  # writes use it
         existing = doc.claims.get(w.claim_id)
         if existing is None:
             claim = new_claim(w, time.time())
-            if not await writes.begin(self.ctx, claim):
+            if not await writes.begin(self.ctx, claim, revisions):
                 raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition claimed "
                                    "meanwhile; nothing was prepared and kubelet may retry")
             await faults.reach("allocator.after_claim")
-            instance = await self._create(w, claim)
+            active = await self._made(w, claim, revisions, resume=False)
         elif existing.state == "creating":
-            claim = existing
-            decision(log, "retried prepare completes a creating claim", pod_uid=claim.pod_uid,
-                     card=claim.card, claim_id=claim.id)
-            instance = await self._adopt(w, claim) or await self._create(w, claim)
+            decision(log, "retried prepare completes a creating claim", pod_uid=existing.pod_uid,
+                     card=existing.card, claim_id=existing.id)
+            active = await self._made(w, existing, revisions, resume=True)
         elif existing.state == "active" and existing.instance is not None:
             if existing.unprepared_at:
                 # Unprepared, still allocated, and now a Pod of this node uses it again.
-                await writes.unprepared(self.ctx, existing, 0.0)
+                await writes.unprepared(self.ctx, existing, 0.0, revisions)
             return await self._cdi(existing)
         else:
             raise PrepareError(f"{w.asked}: device {w.device} is {existing.state} "
                                f"({existing.release_reason or 'released'}); it is not prepared "
                                "again")
-        await faults.reach("allocator.after_create")
-        try:
-            active = await writes.activate(self.ctx, claim, instance)
-        except (writes.Released, writes.Vanished) as exc:
-            await partitions.undo(self.ctx, [(claim, instance)], [], f"released meanwhile: {exc}")
-            raise PrepareError(f"{w.asked}: its Pod was declared gone while device {w.device} "
-                               "was being created; the new partition was destroyed again") from exc
         cid = await self._cdi(active)
         await faults.reach("allocator.after_active")
         return cid
 
-    async def _adopt(self, w: Wanted, claim: Claim) -> Instance | None:
+    async def _made(
+        self, w: Wanted, claim: Claim, revisions: writes.Revisions, *, resume: bool
+    ) -> Claim:
+        """The claim's partition created (or, resuming, adopted) and the claim active, by the
+        one realisation both modes use (`partitions.realise`: undone on failure); its refusal
+        becomes the claim's error for kubelet."""
         try:
-            return await partitions.adopt(self.ctx, claim)
+            [active] = await partitions.realise(self.ctx, [claim], resume=resume,
+                                                known=revisions)
+        except partitions.Displaced as exc:
+            raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition made "
+                               f"meanwhile ({exc}); nothing was prepared and kubelet may "
+                               "retry") from exc
         except Refusal as exc:
             raise PrepareError(f"{w.asked}: {exc.message}") from exc
-
-    async def _create(self, w: Wanted, claim: Claim) -> Instance:
-        try:
-            return await partitions.create(self.ctx, claim)
-        except DriverError as exc:
-            behind = await partitions.failed_create(self.ctx, claim, f"create failed: {exc}")
-            raise PrepareError(f"{w.asked}: creating {claim.profile} at {claim.start} on card "
-                               f"{claim.card} failed ({exc}); {behind}, and kubelet may "
-                               "retry") from exc
+        return active
 
     async def _cdi(self, claim: Claim) -> str:
         """The partition's CDI spec, written as device-plugin mode's CDI strategy writes it
         (DRA mode always runs with that strategy); its qualified name."""
         try:
-            _, names = await handoff.prepare(self.ctx, [claim])
+            _, names = await handoff.partition_handoff(self.ctx, [claim])
         except Refusal as exc:
             raise PrepareError(f"{claim.resource_claim}: {exc.message}") from exc
         if not names:

@@ -33,9 +33,9 @@ from typing import Any
 from partkeeper import backoff
 from partkeeper.dra import slices
 from partkeeper.telemetry.logs import decision
-from services.allocator.context import Context
+from services.allocator.core.context import Context
+from services.allocator.core.snapshot import SnapshotError, read
 from services.allocator.dra.kube import KubeError, ResourceApi
-from services.allocator.snapshot import SnapshotError, read
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,11 @@
-"""Why an Allocate does not fit, and what would make it fit: pure functions of a snapshot.
+"""Where an Allocate's partitions go, and what to do when they do not fit: pure decisions.
 
+The placement itself is `core.placement.place` (legal placements minus claims and instances).
+Around it, for one Allocate:
+
+- `after_miss`: what follows a plan that wrote nothing: plan again on a fresh read, make room,
+  plan again at once, wait for a change, or refuse once the Allocate's deadline has come;
+- `ROOM_WAIT`: the schedule of the waits for a change, bounded by the deadline;
 - `reclaim_plan`: the claims reclaimable now (`partkeeper.podstate.reclaimable_now`, shared with
   the reclaimer's `reclaim.now`) whose destruction would make room, or None when even destroying
   all of them would not;
@@ -10,13 +16,53 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
+from partkeeper import backoff
 from partkeeper.drivers.profiles import overlaps
 from partkeeper.podstate import reclaimable_now
 from schemas import Claim
-from services.allocator.catalog import Offer
-from services.allocator.placement import Spot, place
-from services.allocator.snapshot import Snapshot
+from services.allocator.core.catalog import Offer
+from services.allocator.core.placement import Spot, place
+from services.allocator.core.snapshot import Snapshot
+
+# The waits for a change while nothing fits: a change (a claim removed, an instance destroyed)
+# ends one early; the ceiling doubles from 0.2 s to 4 s, never past the deadline.
+ROOM_WAIT = backoff.Schedule(base=0.2, cap=4.0)
+
+
+class Step(Enum):
+    READ_FRESH = "plan again on a fresh read"
+    MAKE_ROOM = "make room, then plan again"
+    PLAN_AGAIN = "plan again at once"
+    WAIT = "wait for a change, then plan again"
+    REFUSE = "refuse: no room by the deadline"
+
+
+def after_miss(
+    *, placed: bool, fresh: bool, attempt: int, made_room_at: int, remaining: float,
+    room_failed: bool = False,
+) -> Step:
+    """What follows a plan that wrote no claims.
+
+    `placed`: the plan found spots (another writer took them before the claims were written);
+    `fresh`: it was made on a fresh read, not the views; `attempt`: the number of this miss among
+    those on fresh reads (1 for the first); `made_room_at`: the attempt after which room was last
+    made (0: never); `remaining`: seconds to the Allocate's deadline; `room_failed`: room was just
+    tried for this attempt and none was made.
+
+    A plan on the views that finds no room is made again on a fresh read. Room is made at once
+    after a miss, but not twice in a row: a reclaimer that says "destroyed" while the room stays
+    taken must not be asked in a tight loop. Spots lost to another writer are planned again at
+    once; no spots, waited for.
+    """
+    if not placed and not fresh:
+        return Step.READ_FRESH
+    if not placed and not room_failed and remaining > 0 and made_room_at != attempt - 1:
+        return Step.MAKE_ROOM
+    if remaining <= 0:
+        return Step.REFUSE
+    return Step.PLAN_AGAIN if placed else Step.WAIT
 
 
 def _reclaimable(claim: Claim, snap: Snapshot) -> bool:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from schemas import Claim, NodeCapacity
 from schemas.documents import CardView, InstanceView, ResourceCapacity
-from services.allocator import capacity, tokens
-from services.allocator.catalog import Offer
-from services.allocator.snapshot import Snapshot
+from services.allocator.core import capacity, tokens
+from services.allocator.core.catalog import Offer
+from services.allocator.core.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

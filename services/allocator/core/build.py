@@ -16,12 +16,12 @@ from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver, DriverError
 from schemas.names import BUCKET_CLAIMS
-from services.allocator import catalog
-from services.allocator.changes import Changes
-from services.allocator.context import Context
-from services.allocator.options import Options
-from services.allocator.podresources import PodResources
-from services.allocator.podview import PodView
+from services.allocator.core import catalog
+from services.allocator.core.changes import Changes
+from services.allocator.core.context import Context
+from services.allocator.core.options import Options
+from services.allocator.core.podresources import PodResources
+from services.allocator.core.podview import PodView
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
         pods=PodView(nc, config.node, changes.touch),
         changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
     )
-    store.announce_after = ctx.settled  # the audit follows the Allocates in flight
+    store.announce_after = ctx.quiet  # the audit follows the Allocates in flight
     return ctx, claims.kv
 
 

@@ -15,7 +15,7 @@ from partkeeper.drivers import Instance
 from partkeeper.drivers.profiles import overlaps
 from schemas import Claim
 from schemas.documents import ClaimKind
-from services.allocator.catalog import Range
+from services.allocator.core.catalog import Range
 
 
 @dataclass(frozen=True, slots=True)

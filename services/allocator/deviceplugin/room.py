@@ -14,38 +14,38 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from partkeeper.bus import Unanswered
-from partkeeper.bus.clients import ReclaimerClient
 from partkeeper.podstate import is_dead
-from partkeeper.telemetry.logs import decision
-from services.allocator import blockers, podmatch
-from services.allocator.catalog import Offer
-from services.allocator.context import Context
-from services.allocator.snapshot import Snapshot
+from services.allocator.core.catalog import Offer
+from services.allocator.core.context import Context
+from services.allocator.core.reclaimer import reclaim
+from services.allocator.core.snapshot import Snapshot
+from services.allocator.deviceplugin import podmatch, where
 
 log = logging.getLogger(__name__)
 
 FRESH_ROUNDS = frozenset({1, 2, 4, 8, 16, 32})  # attempts at which live holders are re-asked
 
 
-async def make(ctx: Context, offer: Offer, count: int, snap: Snapshot, attempt: int) -> bool:
+async def make(
+    ctx: Context, offer: Offer, count: int, snap: Snapshot, attempt: int, until: float
+) -> bool:
     """Try once to free room; True when something was destroyed (re-plan at once)."""
-    plan = blockers.reclaim_plan(offer, snap, count)
+    plan = where.reclaim_plan(offer, snap, count)
     if plan is None and attempt in FRESH_ROUNDS:
-        confirmed = await confirm_dead(ctx, blockers.suspects(offer, snap))
+        confirmed = await confirm_dead(ctx, where.suspects(offer, snap), until)
         if confirmed:
-            plan = blockers.reclaim_plan(offer, snap.with_dead(confirmed), count)
+            plan = where.reclaim_plan(offer, snap.with_dead(confirmed), count)
     if not plan:
         return False
     return await reclaim(ctx, [c.id for c in plan], f"room for {offer.resource}")
 
 
-async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
+async def confirm_dead(ctx: Context, uids: list[str], until: float) -> set[str]:
     """The Pods among `uids` the watcher now confirms finished or gone (no answer: not dead)."""
 
     async def ask(uid: str) -> str | None:
         try:
-            reply = await podmatch.pod_state(ctx, uid, fresh=True)
+            reply = await podmatch.pod_state(ctx, uid, until)
         except podmatch.LookupFailed as exc:
             log.info("%s; its partitions stay", exc)
             return None
@@ -53,18 +53,3 @@ async def confirm_dead(ctx: Context, uids: list[str]) -> set[str]:
 
     answers = await asyncio.gather(*(ask(uid) for uid in uids))
     return {uid for uid in answers if uid is not None}
-
-
-async def reclaim(ctx: Context, claim_ids: list[str], reason: str) -> bool:
-    """Ask the reclaimer to destroy these claims' partitions now; True if any was destroyed."""
-    try:
-        reclaimer = ReclaimerClient(ctx.nc, ctx.node, ctx.options.reclaim_timeout)
-        reply = await reclaimer.now(claim_ids, reason)
-    except Unanswered as exc:
-        log.warning("reclaim.now for claims %s got no usable answer (%s); waiting instead",
-                    ",".join(claim_ids), exc)
-        return False
-    for outcome in reply.outcomes:
-        decision(log, f"reclaim.now: {'destroyed' if outcome.done else 'refused'}: "
-                 f"{outcome.reason}", claim_id=outcome.claim_id)
-    return any(o.done for o in reply.outcomes)

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
+from typing import Protocol
 
 import msgspec
 from nats.js.kv import KeyValue
@@ -26,11 +27,10 @@ from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics
 from schemas import Claim, NodeCapacity, encode
 from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
-from services.allocator import slices
-from services.allocator.advertise import advertise, same
-from services.allocator.context import Context
-from services.allocator.plugin import Board
-from services.allocator.snapshot import SnapshotError, read, read_instances
+from services.allocator.core import sliced
+from services.allocator.core.advertise import advertise, same
+from services.allocator.core.context import Context
+from services.allocator.core.snapshot import SnapshotError, read, read_instances
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,19 @@ log = logging.getLogger(__name__)
 # change that follows a short pass is taken a few milliseconds later. A fixed 20 ms pace made the
 # reclaim's second claim change (the removal, some 10 ms after `releasing`) wait for it.
 MIN_REST = 0.002
-# A pass waits (`Context.settled`) for the Allocates in flight to finish: they are on kubelet's
+# A pass waits (`Context.quiet`) for the Allocates in flight to finish: they are on kubelet's
 # critical path and the pass would only compete with them; every Allocate touches when it ends.
 
 
+class Board(Protocol):
+    """Where a mode shows kubelet each token's health: device-plugin mode's ListAndWatch
+    (`deviceplugin.plugin.Board`); DRA mode has none (its devices are in the ResourceSlices)."""
+
+    def post(self, health: Mapping[str, bool]) -> bool: ...
+
+
 class Recompute:
-    def __init__(self, ctx: Context, boards: dict[str, Board], capacity_kv: KeyValue) -> None:
+    def __init__(self, ctx: Context, boards: Mapping[str, Board], capacity_kv: KeyValue) -> None:
         self.ctx = ctx
         self.boards = boards
         self.capacity_kv = capacity_kv
@@ -66,7 +73,7 @@ class Recompute:
         while True:
             await self.ctx.changes.pending()
             number = self.ctx.changes.passes
-            await self.ctx.settled()
+            await self.ctx.quiet()
             started = loop.time()
             if await self.once():
                 first.set()
@@ -117,7 +124,7 @@ class Recompute:
         """Touch when the cards' instances differ from the ones last advertised: instances made
         or destroyed outside partkeeper change no claim, so nothing else would notice."""
         async def poll() -> None:
-            await self.ctx.settled()  # an enumeration now would hold up an Allocate's create
+            await self.ctx.quiet()  # an enumeration now would hold up an Allocate's create
             # A card that cannot be read is the recompute's to report; the poll only looks again.
             with contextlib.suppress(SnapshotError):
                 current = await read_instances(self.ctx)
@@ -129,7 +136,7 @@ class Recompute:
 
     async def _publish(self, doc: NodeCapacity) -> None:
         # Who enforces the slices, for `partkeeper status` (set at start, partkeeper.limiter).
-        doc = msgspec.structs.replace(doc, slice_limiter=slices.limiter_view(self.ctx))
+        doc = msgspec.structs.replace(doc, slice_limiter=sliced.limiter_view(self.ctx))
         if same(doc, self.published):
             return
         try:

@@ -1,7 +1,7 @@
 """The allocator's claim transitions, each one compare-and-set through `ClaimsStore.update`, whose
 outbox announces it on the audit stream (partkeeper/claims/outbox.py: the same `ClaimChanged`,
-same msg id, that this module used to publish a second time after each write; issue 27). Nothing
-else in the allocator writes claims.
+same msg id, so the writer publishes nothing itself). Nothing else in the allocator writes
+claims.
 
     (none) -> creating     begin       before the driver is asked for anything (invariant 4)
     creating -> active     activate    the instance exists; its identity is recorded
@@ -16,12 +16,12 @@ else in the allocator writes claims.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import logging
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import msgspec
 
@@ -31,11 +31,9 @@ from partkeeper.drivers import Instance
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim, LiveInstance
-from services.allocator import patience
-from services.allocator.catalog import Offer
-from services.allocator.context import Context
-from services.allocator.placement import Spot
-from services.allocator.podmatch import Target
+from schemas.documents import ClaimKind
+from services.allocator.core import patience
+from services.allocator.core.context import Context
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -53,54 +51,65 @@ class WriteUnknown(Exception):
     """A claim write failed and a re-read could not say whether the store applied it."""
 
 
-# The claims an Allocate or a prepare read, then what each of its writes wrote, by card: its next
-# write on that card goes against that revision instead of reading the card again (a round trip
-# per write; issue 27). The compare-and-set keeps it safe: a revision another writer has passed
-# is refused by the server and the store reads afresh. A context variable, so that the tasks a
-# call starts (its realisation) share it and concurrent calls do not.
-_fresh: contextvars.ContextVar[dict[int, tuple[CardClaims, int]] | None] = \
-    contextvars.ContextVar("fresh_claims", default=None)
+class Revisions:
+    """The claims one allocation read, then what each of its writes wrote, by card: its next write
+    on that card goes against that revision instead of reading the card again (a round trip per
+    write). The compare-and-set keeps it safe: a revision another writer has passed is refused by
+    the server and the store reads afresh. Held by the allocation and handed to each write it
+    makes (`known=`); a write without one reads the card first."""
+
+    def __init__(self, docs: Mapping[int, CardClaims], revisions: Mapping[int, int]) -> None:
+        self._last = {card: (doc, revisions[card]) for card, doc in docs.items()}
+
+    def take(self, card: int) -> tuple[CardClaims, int] | None:
+        return self._last.pop(card, None)
+
+    def wrote(self, card: int, result: tuple[CardClaims, int]) -> None:
+        self._last[card] = result
 
 
-def track(docs: Mapping[int, CardClaims], revisions: Mapping[int, int]) -> None:
-    """Start this call's record with a claims read it just made (see `_fresh`)."""
-    _fresh.set({card: (doc, revisions[card]) for card, doc in docs.items()})
-
-
-async def _update(ctx: Context, card: int, mutate: Mutation, *, reason: str = "",
-                  claim_id: str = "") -> tuple[CardClaims, int]:
-    """`ctx.store.update`, against this call's last read or write of the card when it has one.
-    `reason`: why `claim_id`'s transition is made, for its audit entry."""
-    fresh = _fresh.get()
-    known = fresh.pop(card, None) if fresh is not None else None
+async def _update(ctx: Context, card: int, mutate: Mutation, known: Revisions | None, *,
+                  reason: str = "", claim_id: str = "") -> tuple[CardClaims, int]:
+    """`ctx.store.update`, against the allocation's last read or write of the card when it has
+    one. `reason`: why `claim_id`'s transition is made, for its audit entry."""
+    last = known.take(card) if known is not None else None
     reasons = {claim_id: reason} if reason else None
-    result = await ctx.store.update(card, mutate, reasons=reasons, known=known)
-    if fresh is not None:
-        fresh[card] = result
+    result = await ctx.store.update(card, mutate, reasons=reasons, known=last)
+    if known is not None:
+        known.wrote(card, result)
     return result
 
 
-def new_claim(offer: Offer, target: Target, token: str, spot: Spot, now: float) -> Claim:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The container a claim is written for."""
+
+    uid: str
+    namespace: str
+    name: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"Pod {self.namespace}/{self.name} ({self.uid}) container {self.container}"
+
+
+def new_claim(
+    target: Target, *, kind: ClaimKind, resource: str, token: str, card: int, profile: str,
+    start: int, size: int, now: float, claim_id: str | None = None, resource_claim: str = "",
+    resource_claim_uid: str = "",
+) -> Claim:
+    """A `creating` claim, the one shape both modes write (`claim_id`: DRA mode keys its claims
+    by ResourceClaim UID and device; device-plugin mode draws one)."""
     return Claim(
-        id=secrets.token_hex(8),
-        kind=offer.kind,
-        state="creating",
-        pod_uid=target.uid,
-        namespace=target.namespace,
-        name=target.name,
-        container=target.container,
-        resource=offer.resource,
-        device_ids=[token],
-        card=spot.card,
-        profile=offer.profile,
-        start=spot.start,
-        size=spot.size,
-        created_at=now,
-        updated_at=now,
+        id=claim_id or secrets.token_hex(8), kind=kind, state="creating", pod_uid=target.uid,
+        namespace=target.namespace, name=target.name, container=target.container,
+        resource=resource, device_ids=[token], card=card, profile=profile, start=start,
+        size=size, created_at=now, updated_at=now, resource_claim=resource_claim,
+        resource_claim_uid=resource_claim_uid,
     )
 
 
-async def begin(ctx: Context, claim: Claim) -> bool:
+async def begin(ctx: Context, claim: Claim, known: Revisions | None = None) -> bool:
     """Write `claim` as creating; False when its placement is no longer free in the store."""
     mutate = functools.partial(machine.begin, claim=claim)
 
@@ -108,7 +117,7 @@ async def begin(ctx: Context, claim: Claim) -> bool:
         # Every failed attempt is checked before the next: a write whose reply was lost may have
         # been applied, and writing it again would plan this claim a second placement.
         try:
-            await _update(ctx, claim.card, mutate)
+            await _update(ctx, claim.card, mutate, known)
         except TransitionError:
             raise
         except Exception as exc:
@@ -154,7 +163,9 @@ def _activation(doc: CardClaims, claim_id: str, live: LiveInstance | None) -> Ca
     return machine.activate(doc, claim_id, live, now)
 
 
-async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Claim:
+async def activate(
+    ctx: Context, claim: Claim, instance: Instance | None, known: Revisions | None = None
+) -> Claim:
     """creating -> active. Raises Released or Vanished (nothing written then)."""
     live = None
     if instance is not None:
@@ -164,7 +175,7 @@ async def activate(ctx: Context, claim: Claim, instance: Instance | None) -> Cla
             span.set_attribute("pk.instance_uuid", live.uuid)
         mutate = functools.partial(_activation, claim_id=claim.id, live=live)
         doc, _ = await patience.waiting(ctx, f"activating claim {claim.id}",
-                                        lambda: _update(ctx, claim.card, mutate))
+                                        lambda: _update(ctx, claim.card, mutate, known))
         active = doc.claims[claim.id]
         decision(log, f"activated {claim.profile} at {claim.start}+{claim.size}",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id, state="active",
@@ -179,7 +190,9 @@ def _abandonment(doc: CardClaims, claim_id: str, found: list[bool]) -> CardClaim
     return machine.remove(doc, claim_id, abandon=True)
 
 
-async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
+async def abandon(
+    ctx: Context, claim: Claim, reason: str, known: Revisions | None = None
+) -> None:
     """Remove a claim this Allocate wrote and never activated (no instance of it exists now).
 
     If the store cannot be written, the claim stays: it still only reserves room, its tokens go
@@ -189,7 +202,7 @@ async def abandon(ctx: Context, claim: Claim, reason: str) -> None:
     try:
         await _update(ctx, claim.card, functools.partial(_abandonment, claim_id=claim.id,
                                                          found=found),
-                      reason=reason, claim_id=claim.id)
+                      known, reason=reason, claim_id=claim.id)
     except Exception as exc:
         decision(log, f"could not abandon the claim ({exc}); it is left to the reclaimer",
                  pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)
@@ -207,13 +220,16 @@ def _leaving(doc: CardClaims, claim_id: str, live: LiveInstance) -> CardClaims:
     return machine.record_instance(doc, claim_id, live, time.time())
 
 
-async def leave(ctx: Context, claim: Claim, instance: Instance, reason: str) -> None:
+async def leave(
+    ctx: Context, claim: Claim, instance: Instance, reason: str, known: Revisions | None = None
+) -> None:
     """Our undo could not destroy the instance: leave it to the reclaimer, who alone destroys
     outside an Allocate. A claim already `releasing` gets the identity recorded so it can act at
     once; a `creating` one stays as it is, for kubelet's retry to adopt or, once its Pod is
     declared finished or gone, for the reclaimer to destroy at its spec."""
     live = LiveInstance(gi_id=instance.gi_id, ci_id=instance.ci_id, uuid=instance.uuid)
-    await _update(ctx, claim.card, functools.partial(_leaving, claim_id=claim.id, live=live))
+    await _update(ctx, claim.card, functools.partial(_leaving, claim_id=claim.id, live=live),
+                  known)
     decision(log, f"left instance to the reclaimer: {reason}", pod_uid=claim.pod_uid,
              card=claim.card, claim_id=claim.id, instance=instance.uuid)
 
@@ -229,7 +245,7 @@ async def release(ctx: Context, claim: Claim, reason: str) -> None:
     """Mark the claim releasing (the reclaimer destroys it); nothing when it is gone already or
     releasing. Raises TransitionError for a state that cannot be released."""
     doc, _ = await _update(
-        ctx, claim.card, functools.partial(_released, claim_id=claim.id, reason=reason))
+        ctx, claim.card, functools.partial(_released, claim_id=claim.id, reason=reason), None)
     now = doc.claims.get(claim.id)
     if now is None or now.release_reason != reason:
         return
@@ -245,9 +261,12 @@ def _unprepared(doc: CardClaims, claim_id: str, at: float) -> CardClaims:
     return msgspec.structs.replace(doc, claims={**doc.claims, claim_id: changed})
 
 
-async def unprepared(ctx: Context, claim: Claim, at: float) -> None:
+async def unprepared(
+    ctx: Context, claim: Claim, at: float, known: Revisions | None = None
+) -> None:
     """Record when kubelet unprepared the claim's ResourceClaim (0: prepared again)."""
-    await _update(ctx, claim.card, functools.partial(_unprepared, claim_id=claim.id, at=at))
+    await _update(ctx, claim.card, functools.partial(_unprepared, claim_id=claim.id, at=at),
+                  known)
     what = "unprepared" if at else "prepared again"
     decision(log, f"ResourceClaim {claim.resource_claim} {what} on this node",
              pod_uid=claim.pod_uid, card=claim.card, claim_id=claim.id)

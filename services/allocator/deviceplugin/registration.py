@@ -26,9 +26,9 @@ from partkeeper.kubelet import (
     unix_target,
 )
 from partkeeper.telemetry.grpc import ServerTracing
-from services.allocator.allocate import Allocator
-from services.allocator.catalog import Offer
-from services.allocator.plugin import OPTIONS, Board, DevicePlugin
+from services.allocator.core.catalog import Offer
+from services.allocator.deviceplugin.allocate import Allocator
+from services.allocator.deviceplugin.plugin import OPTIONS, Board, DevicePlugin
 
 log = logging.getLogger(__name__)
 

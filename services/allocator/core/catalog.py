@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 from partkeeper.drivers import Card
 from partkeeper.drivers.profiles import MODELS, max_instances
-from schemas.documents import ClaimKind
+from schemas.documents import SLICE_PROFILE, ClaimKind
 
 Range = tuple[int, int]  # (start, size) in slices of a card
 
-SLICE_PROFILE = "sliced"
 
 
 @dataclass(frozen=True, slots=True)

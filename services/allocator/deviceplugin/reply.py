@@ -15,16 +15,13 @@ limiter's env and mounts (`PK_SLICE_LIMITER=hami-core`: HAMi-core's, partkeeper/
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import msgspec
 
 from partkeeper.drivers import Card, profiles
-from partkeeper.drivers.base import ContainerEdits, HostMount, Instance
+from partkeeper.drivers.base import ContainerEdits
 from partkeeper.kubelet import deviceplugin_pb2 as pb
-from partkeeper.workdir import sliced_dir
 from schemas import Claim
-from services.allocator.slices import CACHE_DIR, CONTAINER_SLICED_DIR, LIMITS_FILE, SliceConfig
 
 
 class PartitionDescriptor(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,22 +75,14 @@ def too_many_for_one_container(models: Sequence[str], quantity: int) -> str | No
             f"{quantity}; request one partition per container")
 
 
-def instances_of(claims: Sequence[Claim]) -> list[Instance]:
-    """The live partitions of active claims, as the driver reported them."""
-    found = []
-    for c in claims:
-        if c.instance is None:
-            raise ValueError("every claim must be active with an instance before replying")
-        live = c.instance
-        found.append(Instance(c.card, c.profile, c.start, c.size, live.gi_id, live.ci_id,
-                              live.uuid))
-    return found
-
-
 def partition_response(
     claims: Sequence[Claim], edits: ContainerEdits, cdi_names: Sequence[str] = ()
 ) -> pb.ContainerAllocateResponse:
-    uuids = [i.uuid for i in instances_of(claims)]
+    uuids = []
+    for c in claims:
+        if c.instance is None:
+            raise ValueError("every claim must be active with an instance before replying")
+        uuids.append(c.instance.uuid)
     first = claims[0]
     envs = {
         **edits.env,
@@ -120,43 +109,10 @@ def _mounts(edits: ContainerEdits) -> list[pb.Mount]:
                      read_only=m.read_only) for m in edits.mounts]
 
 
-def slice_edits(
-    claims: Sequence[Claim], config: SliceConfig, pods_dir: Path, edits: ContainerEdits,
-    limiter: ContainerEdits,
-) -> ContainerEdits:
-    """Everything a slice container gets, as one set of edits (the reply and the CDI spec carry
-    the same). `edits`: the driver's for the whole cards the slices sit on (`driver.card_edits`);
-    `limiter`: the slice limiter's (empty without one)."""
-    first = claims[0]
-    host = sliced_dir(pods_dir, first.pod_uid, first.container)
-    env = {
-        **edits.env,
-        **limiter.env,
-        "PK_RESOURCE": first.resource,
-        "PK_SLICE_INDEXES": ",".join(str(i) for i in config.slices),
-        "PK_SLICE_MEMORY_MIB": str(config.memory_mib),
-        "PK_SLICE_COMPUTE_PERCENT": str(config.compute_percent),
-        "PK_SLICE_CONFIG": f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}",
-        "PK_SLICE_CACHE_DIR": f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}",
-        "PK_SLICE_LIMITER": config.limiter,
-        "PK_SLICE_ENFORCED": "true" if config.enforced else "false",
-        "PK_CLAIM_IDS": ",".join(c.id for c in claims),
-        "PK_POD_UID": first.pod_uid,
-    }
-    mounts = (
-        *edits.mounts,
-        HostMount(f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}", str(host / LIMITS_FILE),
-                  read_only=True),
-        HostMount(f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}", str(host / CACHE_DIR), read_only=False),
-        *limiter.mounts,
-    )
-    return ContainerEdits(env=env, devices=edits.devices, mounts=mounts)
-
-
 def slice_response(
     edits: ContainerEdits, cdi_names: Sequence[str] = ()
 ) -> pb.ContainerAllocateResponse:
-    """The reply of a slice container from its `slice_edits`."""
+    """The reply of a slice container from its `slices.slice_edits`."""
     return pb.ContainerAllocateResponse(
         envs=dict(edits.env), devices=_devices(edits), mounts=_mounts(edits),
         cdi_devices=[pb.CDIDevice(name=name) for name in cdi_names],

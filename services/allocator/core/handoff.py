@@ -10,7 +10,7 @@ With `PK_DEVICE_LIST_STRATEGY=cdi` each partition also gets a CDI spec in `PK_CD
 `cdi_devices`. Runs after the claims are active and the descriptors written; a retried Allocate
 writes the same bytes again.
 
-Logical slices (`slice_reply`): the cards' edits, the limits and the slice limiter's env and
+Logical slices (`slice_handoff`): the cards' edits, the limits and the slice limiter's env and
 mounts (partkeeper/limiter.py); with the CDI strategy one spec per container, named by its first
 claim id, carrying the same edits (the reclaimer removes it with that claim).
 """
@@ -21,12 +21,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from partkeeper import cdi
-from partkeeper.drivers.base import ContainerEdits, DriverError
-from partkeeper.kubelet import deviceplugin_pb2 as pb
+from partkeeper.drivers.base import ContainerEdits, DriverError, Instance
 from schemas import Claim
-from services.allocator import reply, slices
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal, Result
+from services.allocator.core import sliced
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal, Result
 
 
 def _refusal(claims: Sequence[Claim], what: str, done: str, exc: DriverError) -> Refusal:
@@ -42,7 +41,7 @@ async def _edits(ctx: Context, claims: Sequence[Claim],
                  first: Callable[[], None] | None = None) -> ContainerEdits:
     """The driver's container edits for `claims`, after `first` (blocking work of the caller's
     that shares the thread hop); a refusal is a sentence."""
-    instances = reply.instances_of(claims)
+    instances = instances_of(claims)
 
     def edits() -> ContainerEdits:
         if first is not None:
@@ -65,7 +64,7 @@ async def card_edits(ctx: Context, claims: Sequence[Claim]) -> ContainerEdits:
         raise _refusal(claims, "slice(s)", "set up", exc) from exc
 
 
-async def prepare(ctx: Context, claims: Sequence[Claim], *,
+async def partition_handoff(ctx: Context, claims: Sequence[Claim], *,
                   first: Callable[[], None] | None = None) -> tuple[ContainerEdits, list[str]]:
     """The container edits of `claims` and the qualified CDI names written for them. `first`:
     blocking work run in the same thread hop just before the edits (what it raises, the call
@@ -89,13 +88,14 @@ async def prepare(ctx: Context, claims: Sequence[Claim], *,
     return edits, names
 
 
-async def slice_reply(ctx: Context, claims: list[Claim]) -> pb.ContainerAllocateResponse:
-    """The reply of active slice `claims` (in token order), and their CDI spec where that
-    strategy is on; logs the Allocate's line saying whether the slices are enforced."""
-    config = slices.config_for(claims, {c.index: c for c in ctx.cards},
+async def slice_handoff(ctx: Context, claims: list[Claim]) -> tuple[ContainerEdits, list[str]]:
+    """Everything a container of active slice `claims` (in token order) gets, and the qualified
+    CDI name of their spec where that strategy is on; logs the allocation's line saying whether
+    the slices are enforced."""
+    config = sliced.config_for(claims, {c.index: c for c in ctx.cards},
                                ctx.config.slices_per_card, ctx.limiter)
-    edits = reply.slice_edits(claims, config, ctx.config.pods_dir, await card_edits(ctx, claims),
-                              slices.limiter_edits(ctx, claims))
+    edits = sliced.slice_edits(claims, config, ctx.config.pods_dir,
+                               await card_edits(ctx, claims), sliced.limiter_edits(ctx, claims))
     names: list[str] = []
     if ctx.config.device_list_strategy == "cdi":
         first = claims[0]
@@ -109,5 +109,17 @@ async def slice_reply(ctx: Context, claims: list[Claim]) -> pb.ContainerAllocate
                           f"{','.join(c.id for c in claims)} are set up but {exc}; kubelet may "
                           "retry") from exc
         names.append(cdi.qualified(first.id))
-    slices.log_handed_out(ctx, claims, config)
-    return reply.slice_response(edits, names)
+    sliced.log_handed_out(ctx, claims, config)
+    return edits, names
+
+
+def instances_of(claims: Sequence[Claim]) -> list[Instance]:
+    """The live partitions of active claims, as the driver reported them."""
+    found = []
+    for c in claims:
+        if c.instance is None:
+            raise ValueError("every claim must be active with an instance before replying")
+        live = c.instance
+        found.append(Instance(c.card, c.profile, c.start, c.size, live.gi_id, live.ci_id,
+                              live.uuid))
+    return found

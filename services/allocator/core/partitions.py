@@ -15,9 +15,9 @@ from partkeeper.drivers import DriverError, Instance, InstanceSpec, NotFoundErro
 from partkeeper.telemetry import tracing
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
-from services.allocator import writes
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal, Result
+from services.allocator.core import writes
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal, Result
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -49,7 +49,9 @@ async def adopt(ctx: Context, claim: Claim) -> Instance | None:
     return found if found is not None and found.complete else None
 
 
-async def failed_create(ctx: Context, claim: Claim, reason: str) -> str:
+async def failed_create(
+    ctx: Context, claim: Claim, reason: str, known: writes.Revisions | None = None
+) -> str:
     """After the driver failed to create `claim`'s partition: abandon the claim only if the card
     shows nothing at its spec. A create can fail halfway and its driver's undo fail too, leaving a
     GPU instance without compute instance; abandoning the claim over it would turn it foreign, a
@@ -64,9 +66,9 @@ async def failed_create(ctx: Context, claim: Claim, reason: str) -> str:
         return ("whether it left anything could not be read, so its claim stays for the "
                 "reclaimer")
     if left is None:
-        await writes.abandon(ctx, claim, reason)
+        await writes.abandon(ctx, claim, reason, known)
         return "nothing is left behind"
-    await writes.leave(ctx, claim, left, reason)
+    await writes.leave(ctx, claim, left, reason, known)
     return (f"it left GPU instance {left.gi_id} ({left.profile} at {left.start}), which its claim "
             "keeps for kubelet's retry to complete or the reclaimer to destroy")
 
@@ -83,7 +85,10 @@ async def create(ctx: Context, claim: Claim) -> Instance:
         return instance
 
 
-async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) -> list[Claim]:
+async def realise(
+    ctx: Context, claims: list[Claim], *, resume: bool = False,
+    known: writes.Revisions | None = None,
+) -> list[Claim]:
     """Create (or, resuming, adopt) and activate every claim; all or nothing.
 
     On a driver failure or a claim found released, every instance this call created and did not
@@ -95,12 +100,12 @@ async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) ->
             found = await adopt(ctx, claim) if resume else None
             made.append((claim, found or await create(ctx, claim)))
         except PlacementError as exc:
-            await undo(ctx, made, claims[len(made):], f"placement taken meanwhile: {exc}")
+            await undo(ctx, made, claims[len(made):], f"placement taken meanwhile: {exc}", known)
             raise Displaced(str(exc)) from exc
         except DriverError as exc:
             reason = f"create failed: {exc}"
-            await undo(ctx, made, claims[len(made) + 1:], reason)
-            behind = await failed_create(ctx, claim, reason)
+            await undo(ctx, made, claims[len(made) + 1:], reason, known)
+            behind = await failed_create(ctx, claim, reason, known)
             raise Refusal(Result.DRIVER, f"creating {claim.profile} at {claim.start} on card "
                           f"{claim.card} for {_who(claim)} failed: {exc}; {behind}, and kubelet "
                           "may retry") from exc
@@ -108,16 +113,18 @@ async def realise(ctx: Context, claims: list[Claim], *, resume: bool = False) ->
     active: list[Claim] = []
     for i, (claim, instance) in enumerate(made):
         try:
-            active.append(await writes.activate(ctx, claim, instance))
+            active.append(await writes.activate(ctx, claim, instance, known))
         except (writes.Released, writes.Vanished) as exc:
-            await undo(ctx, made[i:], [], f"its Pod was declared gone during the create ({exc})")
+            await undo(ctx, made[i:], [], f"its Pod was declared gone during the create ({exc})",
+                       known)
             raise Refusal(Result.GONE, f"{_who(claim)} was declared gone while its partition was "
                           "being created; the new partition was destroyed again") from exc
     return active
 
 
 async def undo(
-    ctx: Context, made: list[tuple[Claim, Instance]], unmade: list[Claim], reason: str
+    ctx: Context, made: list[tuple[Claim, Instance]], unmade: list[Claim], reason: str,
+    known: writes.Revisions | None = None,
 ) -> None:
     """Destroy what this Allocate created and never activated; abandon those claims."""
     for claim, instance in made:
@@ -126,11 +133,11 @@ async def undo(
         except NotFoundError:
             pass
         except DriverError as exc:
-            await writes.leave(ctx, claim, instance, f"{reason}; undo failed: {exc}")
+            await writes.leave(ctx, claim, instance, f"{reason}; undo failed: {exc}", known)
             continue
-        await writes.abandon(ctx, claim, reason)
+        await writes.abandon(ctx, claim, reason, known)
     for claim in unmade:
-        await writes.abandon(ctx, claim, reason)
+        await writes.abandon(ctx, claim, reason, known)
 
 
 def _who(claim: Claim) -> str:

@@ -14,19 +14,19 @@ from partkeeper.drivers import Card
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.limiter import NONE, LimiterState
 from partkeeper.nodeparts import NodeParts
-from services.allocator.catalog import Offer
-from services.allocator.changes import Changes
-from services.allocator.options import Options
-from services.allocator.podresources import PodResources
-from services.allocator.podview import PodView
-from services.allocator.views import Views
+from services.allocator.core.catalog import Offer
+from services.allocator.core.changes import Changes
+from services.allocator.core.options import Options
+from services.allocator.core.podresources import PodResources
+from services.allocator.core.podview import PodView
+from services.allocator.core.views import Views
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # How long work kubelet does not wait for waits for the Allocates in flight: bounded, so that a
 # stream of them never starves it.
-SETTLE_SECONDS = 0.05
+QUIET_WAIT_SECONDS = 0.05
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Context(NodeParts):
     # anyway, and queueing here spares the threads the file lock's polling.
     driving: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Allocates (and DRA prepares) in flight: the recompute and the audit announcements wait,
-    # briefly, for them to end (`settled`).
+    # briefly, for them to end (`quiet`).
     allocating: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     # The claims and instances an Allocate may plan on without reading them again (views.py).
@@ -82,7 +82,7 @@ class Context(NodeParts):
             if not self.allocating:
                 self.idle.set()
 
-    async def settled(self, limit: float = SETTLE_SECONDS) -> None:
+    async def quiet(self, limit: float = QUIET_WAIT_SECONDS) -> None:
         """Return once no Allocate or prepare is in flight, or after `limit` seconds: work that
         kubelet does not wait for (a recompute pass, an audit entry) would only compete with
         them for the event loop."""

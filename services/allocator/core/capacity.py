@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from partkeeper.drivers import Instance
 from partkeeper.drivers.profiles import overlaps
 from schemas import Claim
-from services.allocator.catalog import Offer, Range
-from services.allocator.placement import occupied
+from services.allocator.core.catalog import Offer, Range
+from services.allocator.core.placement import occupied
 
 
 def placeable(legal: Sequence[Range], taken: Sequence[Range]) -> int:

@@ -9,10 +9,9 @@ because the store is unreachable is tried again with backoff until `Options.room
 refuses as before. Anything else (a conflict, an undecodable document, a driver error) is raised
 at once. Cancellation (kubelet gave up) ends the wait at once: no catch of CancelledError here.
 
-The Pod lookups of an Allocate (`pods.pending`, `pods.get`) wait the same way for a watcher that
-gives no usable answer (`answered`): during an election the watcher cannot persist what its fresh
-LIST saw and answers with an error. One deadline covers all the lookups of one search, so the
-bounded retry of the lookup itself stays bounded.
+The Pod lookups of an Allocate (`pods.get`) wait the same way for a watcher that gives no usable
+answer (`answered`): during an election the watcher cannot persist what its fresh LIST saw and
+answers with an error. An Allocate passes its one deadline (`until`) to every such wait.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import nats.js.errors
 from partkeeper import backoff
 from partkeeper.bus import RemoteError, Unanswered
 from partkeeper.bus.rpc import BAD_REQUEST
-from services.allocator.context import Context
+from services.allocator.core.context import Context
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,9 +59,13 @@ def deadline(ctx: Context) -> float:
     return asyncio.get_running_loop().time() + ctx.options.room_wait_seconds
 
 
-async def waiting(ctx: Context, what: str, call: Callable[[], Awaitable[T]]) -> T:
-    """`await call()`, again while the store is unreachable, for at most the room budget."""
-    return await _again(deadline(ctx), what, "the claims store is unreachable", unreachable, call)
+async def waiting(
+    ctx: Context, what: str, call: Callable[[], Awaitable[T]], until: float | None = None
+) -> T:
+    """`await call()`, again while the store is unreachable, until `until` (loop time; the
+    allocation's deadline) or, without one, for at most the room budget from now."""
+    return await _again(deadline(ctx) if until is None else until, what,
+                        "the claims store is unreachable", unreachable, call)
 
 
 async def answered(until: float, what: str, call: Callable[[], Awaitable[T]]) -> T:

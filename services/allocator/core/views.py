@@ -1,4 +1,4 @@
-"""What an Allocate (or a DRA prepare) may plan on without reading it again (issue 27).
+"""What an Allocate (or a DRA prepare) may plan on without reading it again.
 
 - **Claims**: the document of a card this process last read or wrote (`ClaimsStore.last`), while
   the claims watch has delivered no newer revision of it. Only the allocator adds claims, and its

@@ -16,12 +16,22 @@ import grpc.aio
 
 from partkeeper.kubelet import HEALTHY, UNHEALTHY, deviceplugin_pb2, deviceplugin_pb2_grpc
 from partkeeper.telemetry import tracing
-from services.allocator.allocate import Allocator
-from services.allocator.catalog import Offer
-from services.allocator.refusal import Refusal
+from services.allocator.core.catalog import Offer
+from services.allocator.core.refusal import Refusal, Result
+from services.allocator.deviceplugin.allocate import Allocator
 
 pb = deviceplugin_pb2
 log = logging.getLogger(__name__)
+
+# The gRPC status kubelet sees for each reason a container request is refused.
+STATUS: Mapping[Result, grpc.StatusCode] = {
+    Result.FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Result.NO_POD: grpc.StatusCode.FAILED_PRECONDITION,
+    Result.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Result.GONE: grpc.StatusCode.ABORTED,
+    Result.DRIVER: grpc.StatusCode.UNAVAILABLE,
+    Result.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+}
 
 OPTIONS = pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
@@ -120,7 +130,7 @@ class DevicePlugin(deviceplugin_pb2_grpc.DevicePluginServicer):
                 try:
                     responses.append(await self.allocator.allocate(self.offer, ids))
                 except Refusal as exc:
-                    await context.abort(exc.result.code, exc.message)
+                    await context.abort(STATUS[exc.result], exc.message)
         return pb.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(

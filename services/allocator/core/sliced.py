@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,14 +26,14 @@ import msgspec
 
 from partkeeper import limiter
 from partkeeper.drivers import Card
-from partkeeper.drivers.base import ContainerEdits
+from partkeeper.drivers.base import ContainerEdits, HostMount
 from partkeeper.telemetry.logs import decision
-from partkeeper.workdir import WorkdirError, write_sliced
+from partkeeper.workdir import WorkdirError, sliced_dir, write_sliced
 from schemas import Claim
 from schemas.documents import SliceLimiterView
-from services.allocator import writes
-from services.allocator.context import Context
-from services.allocator.refusal import Refusal, Result
+from services.allocator.core import writes
+from services.allocator.core.context import Context
+from services.allocator.core.refusal import Refusal, Result
 
 log = logging.getLogger(__name__)
 
@@ -140,23 +141,58 @@ async def write_files(ctx: Context, claims: list[Claim]) -> Path:
     )
 
 
-async def realise(ctx: Context, claims: list[Claim]) -> list[Claim]:
+async def realise(
+    ctx: Context, claims: list[Claim], known: writes.Revisions | None = None
+) -> list[Claim]:
     """Write the slice files, then activate the claims; abandon them if the files fail."""
     try:
         await write_files(ctx, claims)
     except WorkdirError as exc:
         for claim in claims:
-            await writes.abandon(ctx, claim, f"writing the slice files failed: {exc}")
+            await writes.abandon(ctx, claim, f"writing the slice files failed: {exc}", known)
         first = claims[0]
         raise Refusal(Result.UNAVAILABLE, f"cannot write the slice files of Pod {first.namespace}/"
                       f"{first.name} ({first.pod_uid}) container {first.container}: {exc}") from exc
     active: list[Claim] = []
     for claim in claims:
         try:
-            active.append(await writes.activate(ctx, claim, None))
+            active.append(await writes.activate(ctx, claim, None, known))
         except (writes.Released, writes.Vanished) as exc:
             for rest in claims[len(active):]:
-                await writes.abandon(ctx, rest, f"its Pod was declared gone ({exc})")
+                await writes.abandon(ctx, rest, f"its Pod was declared gone ({exc})", known)
             raise Refusal(Result.GONE, f"Pod {claim.namespace}/{claim.name} ({claim.pod_uid}) "
                           "was declared gone while its slice was being set up") from exc
     return active
+
+
+def slice_edits(
+    claims: Sequence[Claim], config: SliceConfig, pods_dir: Path, edits: ContainerEdits,
+    limiter: ContainerEdits,
+) -> ContainerEdits:
+    """Everything a slice container gets, as one set of edits (the reply and the CDI spec carry
+    the same). `edits`: the driver's for the whole cards the slices sit on (`driver.card_edits`);
+    `limiter`: the slice limiter's (empty without one)."""
+    first = claims[0]
+    host = sliced_dir(pods_dir, first.pod_uid, first.container)
+    env = {
+        **edits.env,
+        **limiter.env,
+        "PK_RESOURCE": first.resource,
+        "PK_SLICE_INDEXES": ",".join(str(i) for i in config.slices),
+        "PK_SLICE_MEMORY_MIB": str(config.memory_mib),
+        "PK_SLICE_COMPUTE_PERCENT": str(config.compute_percent),
+        "PK_SLICE_CONFIG": f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}",
+        "PK_SLICE_CACHE_DIR": f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}",
+        "PK_SLICE_LIMITER": config.limiter,
+        "PK_SLICE_ENFORCED": "true" if config.enforced else "false",
+        "PK_CLAIM_IDS": ",".join(c.id for c in claims),
+        "PK_POD_UID": first.pod_uid,
+    }
+    mounts = (
+        *edits.mounts,
+        HostMount(f"{CONTAINER_SLICED_DIR}/{LIMITS_FILE}", str(host / LIMITS_FILE),
+                  read_only=True),
+        HostMount(f"{CONTAINER_SLICED_DIR}/{CACHE_DIR}", str(host / CACHE_DIR), read_only=False),
+        *limiter.mounts,
+    )
+    return ContainerEdits(env=env, devices=edits.devices, mounts=mounts)

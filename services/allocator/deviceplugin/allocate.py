@@ -5,9 +5,13 @@
     otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as
                  `creating` -> create -> `active` -> descriptors -> reply
 
-A retry is recognised only for the Pod it belongs to (`reuse.judge`); device IDs kubelet handed
-on from a stopped Pod start a new allocation for the Pod kubelet is admitting. One claim's
+Which Pod it serves is decided by the pure rules of `whichpod.py` on what `podmatch.py` asked.
+A retry is recognised only for the Pod it belongs to (`whichpod.holder`); device IDs kubelet
+handed on from a stopped Pod start a new allocation for the Pod kubelet is admitting. One claim's
 partition is never returned to another Pod. See docs/allocator.md, "Which Pod an Allocate serves".
+
+Every wait of an Allocate (the claims store, the watcher, room) ends by one deadline, `until`,
+set in `_allocate`: `Options.room_wait_seconds` after the call came.
 
 Once claims are written, their realisation runs to the end even if kubelet gives up on the call,
 so a kubelet retry finds them active (or abandoned) rather than half-made. Waiting for room
@@ -30,26 +34,14 @@ from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
-from services.allocator import (
-    blockers,
-    events,
-    handoff,
-    partitions,
-    patience,
-    podmatch,
-    reply,
-    retry,
-    reuse,
-    room,
-    slices,
-    writes,
-)
-from services.allocator.catalog import Offer
-from services.allocator.context import Context
-from services.allocator.placement import Spot, place
-from services.allocator.podmatch import Target
-from services.allocator.refusal import Refusal, Result
-from services.allocator.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
+from services.allocator.core import events, handoff, partitions, patience, sliced, writes
+from services.allocator.core.catalog import Offer
+from services.allocator.core.context import Context
+from services.allocator.core.placement import Spot, place
+from services.allocator.core.refusal import Refusal, Result
+from services.allocator.core.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
+from services.allocator.core.writes import Target
+from services.allocator.deviceplugin import podmatch, reply, room, where, whichpod
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -119,6 +111,7 @@ class Allocator:
     async def _allocate(
         self, offer: Offer, device_ids: Sequence[str]
     ) -> tuple[pb.ContainerAllocateResponse, str]:
+        until = asyncio.get_running_loop().time() + self.ctx.options.room_wait_seconds
         ids = _checked(offer, device_ids)
         models = [self.ctx.card(c).model for c in offer.cards if offer.kind == "partition"]
         if (why := reply.too_many_for_one_container(models, len(ids))) is not None:
@@ -128,49 +121,51 @@ class Allocator:
         handed_on: Claim | None = None  # the live-looking holder of tokens kubelet handed on
         async with self._choosing:
             with _tracer.start_as_current_span("claims read"):
-                known = await self._claims(views=True)
+                known = await self._claims(until, views=True)
                 claims = known.claims
-                group = retry.existing(claims, offer.resource, ids)
+                group = whichpod.existing(claims, offer.resource, ids)
                 if group and not known.fresh:
                     # Tokens some claim carries: a retry, or handed on. Judged on a fresh read.
-                    known = await self._claims()
+                    known = await self._claims(until)
                     claims = known.claims
-                    group = retry.existing(claims, offer.resource, ids)
+                    group = whichpod.existing(claims, offer.resource, ids)
             if group:
-                holder = await reuse.judge(self.ctx, group)
-                if holder is not reuse.Holder.RETRY:
-                    handed_on = group[0] if holder is reuse.Holder.HANDED_ON else None
+                holder = await podmatch.judge(self.ctx, group, until)
+                if holder is not whichpod.Holder.RETRY:
+                    handed_on = group[0] if holder is whichpod.Holder.HANDED_ON else None
                     group = []
             if not group:
-                target = self._serve(offer, await self._find(offer, len(ids), claims))
+                target = self._serve(offer, await self._find(offer, len(ids), claims, until))
         if group:
             first = group[0]
             _tag(trace.get_current_span(), first.pod_uid, first.namespace, first.name,
                  first.container)
             try:
-                return await self._resume(offer, group, ids), "retry"
+                return await self._resume(offer, group, ids, until), "retry"
             except Refusal as exc:
                 exc.about(group[0].pod_uid, group[0].namespace, group[0].name)
                 raise
         try:
-            return await self._serve_target(offer, target, ids, known), "ok"
+            return await self._serve_target(offer, target, ids, known, until), "ok"
         except Refusal as exc:
             if handed_on is not None and exc.result is Result.FULL:
-                exc = Refusal(Result.FULL, reuse.handed_on(handed_on, target, ids) + exc.message)
+                exc = Refusal(Result.FULL,
+                              whichpod.handed_on(handed_on, target, ids) + exc.message)
             raise exc.about(target.uid, target.namespace, target.name) from exc.__cause__
         finally:
             self._serving.discard((target.uid, target.container, offer.resource))
 
     async def _serve_target(
-        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead
+        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead, until: float
     ) -> pb.ContainerAllocateResponse:
         """Plan, claim, create and activate for `target`; plan again when the driver finds the
         planned placement taken. The first plan uses the claims read to find the Pod."""
         for attempt in range(1, PLAN_ATTEMPTS + 1):
-            written = await self.reserve(offer, target, ids, known if attempt == 1 else None)
+            written, revisions = await self.reserve(offer, target, ids, until,
+                                                    known if attempt == 1 else None)
             await faults.reach("allocator.after_claim")
             try:
-                active = await self._realise(offer, written, resume=False)
+                active = await self._realise(offer, written, revisions, resume=False)
             except partitions.Displaced as exc:
                 if attempt == PLAN_ATTEMPTS:
                     raise Refusal(Result.UNAVAILABLE, f"the placement planned for {target} was "
@@ -180,10 +175,10 @@ class Allocator:
             return await self._respond(offer, active)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _claims(self, *, views: bool = False) -> ClaimsRead:
+    async def _claims(self, until: float, *, views: bool = False) -> ClaimsRead:
         try:
             return await patience.waiting(self.ctx, "reading the claims",
-                                          lambda: read_claims(self.ctx, views=views))
+                                          lambda: read_claims(self.ctx, views=views), until)
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
@@ -197,14 +192,16 @@ class Allocator:
             return frozenset()
         return frozenset(t for c in known.claims if c.resource == resource for t in c.device_ids)
 
-    async def _find(self, offer: Offer, quantity: int, claims: list[Claim]) -> Target:
+    async def _find(
+        self, offer: Offer, quantity: int, claims: list[Claim], until: float
+    ) -> Target:
         claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
         claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
         attributes: dict[str, str | int] = {"pk.resource": offer.resource, "pk.quantity": quantity}
         # The watcher's `serve pods-pending` is this span's child: the request carries it.
         with _tracer.start_as_current_span("pod lookup", attributes=attributes) as span:
             try:
-                target = await podmatch.find(self.ctx, offer.resource, quantity, claimed)
+                target = await podmatch.find(self.ctx, offer.resource, quantity, claimed, until)
             except podmatch.LookupFailed as exc:
                 raise Refusal(Result.NO_POD, str(exc)) from exc
             _tag(span, target.uid, target.namespace, target.name, target.container)
@@ -216,105 +213,119 @@ class Allocator:
              target.container)
         return target
 
-    async def _snapshot(self, known: ClaimsRead | None = None) -> Snapshot:
+    async def _snapshot(self, until: float, known: ClaimsRead | None = None) -> Snapshot:
         try:
             return await patience.waiting(self.ctx, "reading the claims",
-                                          lambda: read(self.ctx, known))
+                                          lambda: read(self.ctx, known), until)
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
 
     async def reserve(
-        self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead | None = None
-    ) -> list[Claim]:
-        """Write `creating` claims for `ids`, making room or waiting for it up to the deadline.
+        self, offer: Offer, target: Target, ids: list[str], until: float,
+        known: ClaimsRead | None = None,
+    ) -> tuple[list[Claim], writes.Revisions]:
+        """Write `creating` claims for `ids`, making room or waiting for it until `until`.
         `known`: a claims read to plan the first attempt on, with the instances in the views
         (saves a round trip and a thread hop); a plan on the views that finds no room is made
-        again on a fresh read before room is made or waited for."""
+        again on a fresh read before room is made or waited for. Returns the claims and the
+        revisions their writes left, for the writes that follow."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        deadline = started + self.ctx.options.room_wait_seconds
         attempt = made_at = 0
         while True:
             change = self.ctx.changes.next_change()
             async with self.ctx.placing:
                 with _tracer.start_as_current_span("snapshot"):  # the cards' instances, a hop
-                    snap = await self._snapshot(known)
+                    snap = await self._snapshot(until, known)
                 known = None  # every later attempt reads afresh
-                writes.track(snap.docs, snap.revisions)  # the claim writes go against it
+                revisions = writes.Revisions(snap.docs, snap.revisions)  # the writes go against it
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids))
                 if spots is not None:
-                    claims = await self._begin(offer, target, ids, spots)
+                    claims = await self._begin(offer, target, ids, spots, revisions)
                     if claims is not None:
-                        return claims
-            if spots is None and not snap.fresh:
+                        return claims, revisions
+            step = where.after_miss(placed=spots is not None, fresh=snap.fresh,
+                                    attempt=attempt + 1, made_room_at=made_at,
+                                    remaining=until - loop.time())
+            if step is where.Step.READ_FRESH:
                 continue
             attempt += 1
-            remaining = deadline - loop.time()
-            # Plan again at once after room was made, but not twice in a row: a reclaimer that
-            # says "destroyed" while the room stays taken must not be asked in a tight loop.
-            if spots is None and remaining > 0 and made_at != attempt - 1 and \
-                    await self._make_room(offer, ids, snap, attempt, remaining):
-                made_at = attempt
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if step is where.Step.MAKE_ROOM:
+                if await self._make_room(offer, ids, snap, attempt, until):
+                    made_at = attempt
+                    continue
+                step = where.after_miss(placed=False, fresh=True, attempt=attempt,
+                                        made_room_at=made_at, remaining=until - loop.time(),
+                                        room_failed=True)
+            if step is where.Step.REFUSE:
                 waited = loop.time() - started
-                raise Refusal(Result.FULL, blockers.describe(offer, snap, len(ids), self.ctx.node,
-                                                            waited, target))
-            if spots is None:
-                pause = min(remaining, self.ctx.options.lookup.delay(attempt) * 4)
+                raise Refusal(Result.FULL, where.describe(offer, snap, len(ids), self.ctx.node,
+                                                         waited, target))
+            if step is where.Step.WAIT:
+                pause = min(until - loop.time(), where.ROOM_WAIT(attempt))
                 await woken_or_timeout(change, pause)
 
     async def _make_room(
-        self, offer: Offer, ids: list[str], snap: Snapshot, attempt: int, remaining: float
+        self, offer: Offer, ids: list[str], snap: Snapshot, attempt: int, until: float
     ) -> bool:
         try:
-            async with asyncio.timeout(remaining):
-                return await room.make(self.ctx, offer, len(ids), snap, attempt)
+            async with asyncio.timeout_at(until):
+                return await room.make(self.ctx, offer, len(ids), snap, attempt, until)
         except TimeoutError:
             return False
 
     async def _begin(
-        self, offer: Offer, target: Target, ids: list[str], spots: list[Spot]
+        self, offer: Offer, target: Target, ids: list[str], spots: list[Spot],
+        revisions: writes.Revisions,
     ) -> list[Claim] | None:
         now = time.time()
         claims = [
-            writes.new_claim(offer, target, t, s, now) for t, s in zip(ids, spots, strict=True)
+            writes.new_claim(target, kind=offer.kind, resource=offer.resource, token=t,
+                             card=s.card, profile=offer.profile, start=s.start, size=s.size,
+                             now=now)
+            for t, s in zip(ids, spots, strict=True)
         ]
         written: list[Claim] = []
         try:
             for claim in claims:
-                if not await writes.begin(self.ctx, claim):
+                if not await writes.begin(self.ctx, claim, revisions):
                     break
                 written.append(claim)
             else:
                 return written
         except Exception as exc:
             # The claim being written may have landed (writes.WriteUnknown): abandon it too.
-            await self._abandon(claims[: len(written) + 1], f"writing the claims failed: {exc}")
+            await self._abandon(claims[: len(written) + 1], f"writing the claims failed: {exc}",
+                                revisions)
             raise Refusal(Result.UNAVAILABLE, f"claiming room for {target} failed: {exc}; "
                           "nothing was claimed") from exc
-        await self._abandon(written, "placement lost to another writer; planning again")
+        await self._abandon(written, "placement lost to another writer; planning again",
+                            revisions)
         return None
 
-    async def _abandon(self, claims: list[Claim], reason: str) -> None:
+    async def _abandon(
+        self, claims: list[Claim], reason: str, revisions: writes.Revisions
+    ) -> None:
         for claim in claims:
-            await writes.abandon(self.ctx, claim, reason)
+            await writes.abandon(self.ctx, claim, reason, revisions)
 
-    async def _realise(self, offer: Offer, claims: list[Claim], *, resume: bool) -> list[Claim]:
+    async def _realise(
+        self, offer: Offer, claims: list[Claim], revisions: writes.Revisions | None, *,
+        resume: bool,
+    ) -> list[Claim]:
         """Create/activate in a task that outlives a cancelled call (see the module docstring)."""
         if offer.kind == "slice":
-            work = slices.realise(self.ctx, claims)
+            work = sliced.realise(self.ctx, claims, revisions)
         else:
-            work = partitions.realise(self.ctx, claims, resume=resume)
+            work = partitions.realise(self.ctx, claims, resume=resume, known=revisions)
         task = asyncio.create_task(work, name=f"realise {claims[0].id}")
         for claim in claims:
             self._work[claim.id] = task
-        task.add_done_callback(lambda t: self._settled(t, claims))
+        task.add_done_callback(lambda t: self._forget(t, claims))
         return await asyncio.shield(task)
 
-    def _settled(self, task: asyncio.Task[list[Claim]], claims: list[Claim]) -> None:
+    def _forget(self, task: asyncio.Task[list[Claim]], claims: list[Claim]) -> None:
         for claim in claims:
             if self._work.get(claim.id) is task:
                 del self._work[claim.id]
@@ -322,48 +333,51 @@ class Allocator:
             log.debug("realisation of %s ended with %s", claims[0].id, task.exception())
 
     async def _resume(
-        self, offer: Offer, group: list[Claim], ids: list[str]
+        self, offer: Offer, group: list[Claim], ids: list[str], until: float
     ) -> pb.ContainerAllocateResponse:
         running = {self._work[c.id] for c in group if c.id in self._work}
         if running:
             await asyncio.gather(*(asyncio.shield(t) for t in running), return_exceptions=True)
-            snap = await self._snapshot()
-            group = retry.existing(snap.claims, offer.resource, _tokens(group))
+            snap = await self._snapshot(until)
+            group = whichpod.existing(snap.claims, offer.resource, _tokens(group))
             if not group:
                 raise Refusal(Result.UNAVAILABLE, "the first attempt of this Allocate failed and "
                               "undid its claims; kubelet may retry")
-        extra = retry.missing(group, ids)
+        extra = whichpod.missing(group, ids)
+        revisions: writes.Revisions | None = None
         if extra:  # a crash came between the claim writes of this container
             first = group[0]
             owner = Target(first.pod_uid, first.namespace, first.name, first.container)
             decision(log, f"retried Allocate writes the claims for {','.join(extra)} a crash "
                      "left unwritten", pod_uid=first.pod_uid, card=first.card, claim_id=first.id)
-            group = [*group, *await self.reserve(offer, owner, extra)]
+            written, revisions = await self.reserve(offer, owner, extra, until)
+            group = [*group, *written]
         creating = [c for c in group if c.state == "creating"]
         done = [c for c in group if c.state == "active"]
         if creating:
             first = creating[0]
             decision(log, "retried Allocate completes a creating claim", pod_uid=first.pod_uid,
                      card=first.card, claim_id=first.id)
-            done += await self._realise(offer, creating, resume=True)
+            done += await self._realise(offer, creating, revisions, resume=True)
         return await self._respond(offer, done)
 
     async def _respond(self, offer: Offer, claims: list[Claim]) -> pb.ContainerAllocateResponse:
         claims = reply.in_token_order(claims, offer.tokens)
         if offer.kind == "slice":
-            response = await handoff.slice_reply(self.ctx, claims)
+            edits, names = await handoff.slice_handoff(self.ctx, claims)
+            response = reply.slice_response(edits, names)
         else:
             # The descriptors are written in the thread hop of the container edits: one hop
             # instead of two on every Allocate, the descriptors still first.
             with _tracer.start_as_current_span("container edits"):
-                edits, cdi_names = await handoff.prepare(
+                edits, cdi_names = await handoff.partition_handoff(
                     self.ctx, claims, first=lambda: self._write_descriptors(claims))
             response = reply.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response
 
     def _write_descriptors(self, claims: list[Claim]) -> None:
-        """Blocking: runs in the container edits' thread (`handoff.prepare`)."""
+        """Blocking: runs in the container edits' thread (`handoff.partition_handoff`)."""
         for claim in claims:
             body = encode(reply.descriptor(claim, self.ctx.card(claim.card)))
             uuid = claim.instance.uuid if claim.instance else ""

@@ -4,27 +4,27 @@
     capacity recompute (its first pass done) -> hardware poll
 
 Each mode then starts what kubelet talks to: the device-plugin sockets and their registration
-(`main.py`), or the ResourceSlices and the DRA plugin (`dra/main.py`). One function, imported by
-both, so neither mode imports the other and the order cannot drift apart.
+(`deviceplugin/main.py`), or the ResourceSlices and the DRA plugin (`dra/main.py`). One function,
+imported by both, so neither mode imports the other and the order cannot drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from nats.js.kv import KeyValue
 
 from partkeeper.errors import StartupError
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
-from services.allocator import claims_service
-from services.allocator.context import Context
-from services.allocator.plugin import Board
-from services.allocator.recompute import Recompute, watch_claims
+from services.allocator.core import claims_service
+from services.allocator.core.context import Context
+from services.allocator.core.recompute import Board, Recompute, watch_claims
 
 
 async def start(
-    ctx: Context, claims_kv: KeyValue, life: Lifecycle, boards: dict[str, Board]
+    ctx: Context, claims_kv: KeyValue, life: Lifecycle, boards: Mapping[str, Board]
 ) -> Recompute:
     """Start the shared parts in order (module docstring); the recompute, once computed."""
     loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()

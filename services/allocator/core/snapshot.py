@@ -18,7 +18,7 @@ from partkeeper.claims import StoreReadError
 from partkeeper.claims.inventory import Inventory, classify
 from partkeeper.drivers import Card, DriverError, IdentityRule, Instance
 from schemas import CardClaims, Claim
-from services.allocator.context import Context
+from services.allocator.core.context import Context
 
 
 class SnapshotError(Exception):
