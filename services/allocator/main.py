@@ -21,6 +21,7 @@ from partkeeper.lifecycle import Lifecycle
 from services.allocator import build, startup
 from services.allocator.allocate import Allocator
 from services.allocator.context import Context
+from services.allocator.dra import leftover
 from services.allocator.dra import main as dra_main
 from services.allocator.options import Options
 from services.allocator.plugin import Board
@@ -100,6 +101,8 @@ async def _start(parts: Parts, life: Lifecycle) -> None:
                 f"{server.offer.resource} on {server.path}", exc,
                 "PK_KUBELET_DIR must be the kubelet's device-plugins directory") from exc
     life.spawn("registration", parts.registrar.run())
+    # A node moved back from DRA: the DRA claims still in the store end as in DRA mode.
+    life.spawn("DRA claims from DRA mode", leftover.run(parts.ctx))
 
 
 def main() -> int:

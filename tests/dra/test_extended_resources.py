@@ -6,6 +6,7 @@ routing by `status.extendedResourceClaimStatus.requestMappings`."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,11 @@ from kubernetes import client
 
 from partkeeper.dra import DRIVER
 from partkeeper.dra.classes import extended_classes, render
+from partkeeper.kubelet import dra_pb2
 from partkeeper_sim.kubelet.admission import device_requests
 from partkeeper_sim.kubelet.draclaims import EXTENDED, ClaimInfo, container_devices
 from partkeeper_sim.kubelet.pods import pod_from_manifest
 from partkeeper_sim.scheduler import extended
-from partkeeper.kubelet import dra_pb2
 from tests_support import until
 from tests_support.dra import NAMESPACE, control_plane, dra_node, phase
 
@@ -137,7 +138,7 @@ def test_a_name_is_served_by_the_device_plugin_while_the_node_advertises_it(
 def test_without_a_class_or_a_plugin_the_pod_does_not_fit() -> None:
     pod = pod_with_uid({"metadata": {"name": "p"}, "spec": {"containers": [
         {"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}})
-    with pytest.raises(extended.DoesNotFit, match="nvidia.com/mig-1g.10gb"):
+    with pytest.raises(extended.DoesNotFit, match=re.escape("nvidia.com/mig-1g.10gb")):
         extended.through_dra(pod, {}, {})
 
 
@@ -157,7 +158,8 @@ def test_kubelet_routes_devices_by_the_request_mappings_not_by_request_names() -
     pod = {"spec": {"containers": [{"name": "first"}, {"name": "second"}]},
            "status": {"extendedResourceClaimStatus": {
                "resourceClaimName": "p-extended-resources-x",
-               "requestMappings": [{"containerName": "second", "resourceName": "nvidia.com/mig-1g.10gb",
+               "requestMappings": [{"containerName": "second",
+                                    "resourceName": "nvidia.com/mig-1g.10gb",
                                     "requestName": "container-0-request-0"}]}}}
     device = dra_pb2.Device(request_names=["container-0-request-0"], pool_name="n",
                             device_name="gpu-0-mig-1g10gb-0", cdi_device_ids=["vendor/c=1"])
@@ -225,7 +227,7 @@ async def test_without_the_device_classes_an_unchanged_pod_stays_pending(
     nc, js, node, kubeconfig
 ) -> None:
     async with dra_node(nc, node, kubeconfig) as stack, \
-            control_plane(stack, kubeconfig) as (core, resource, scheduler, _):
+            control_plane(stack, kubeconfig) as (core, resource, _, _):
         core.create_namespaced_pod(NAMESPACE, unchanged_pod("plain"))
 
         def refused() -> bool:

@@ -15,7 +15,8 @@ As kubelet's DRA manager does (k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go):
   its `requestMappings` name (draclaims.py);
 - when the Pod's containers stop (deletion requested, after the termination delay), the Pod
   leaves its claims' sets; a claim no Pod uses any more is unprepared with
-  `NodeUnprepareResources` (retried until it answers), then the deletion is completed.
+  `NodeUnprepareResources` (retried until it answers, also while no plugin of the driver is
+  registered: the Pod stays Terminating meanwhile), then the deletion is completed.
 
 Kept apart from the device-plugin kubelet (`kubelet.py`); the two share only the `PodSource`.
 """
@@ -246,8 +247,19 @@ class DraKubelet:
             self.claims.pop(uid, None)
 
     async def _unprepare(self, info: ClaimInfo) -> None:
+        """Until the plugin answers without error. A driver that is not registered is an error
+        like any other: kubelet unprepares after the containers stop and before it reports
+        the Pod terminated, and retries the whole step (pkg/kubelet/kubelet.go,
+        `SyncTerminatingPod`), so the Pod stays Terminating until a plugin of the driver
+        answers."""
         ref = info.ref
-        while (socket := self.plugins.get(info.driver)) is not None:
+        while True:
+            socket = self.plugins.get(info.driver)
+            if socket is None:
+                log.warning("unprepare of %s waits: DRA driver %s is not registered", ref.name,
+                            info.driver)
+                await asyncio.sleep(self.retry)
+                continue
             self.unprepare_calls += 1
             try:
                 stub = await self._stub(info.driver, socket)
