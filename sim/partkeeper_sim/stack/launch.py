@@ -180,7 +180,7 @@ async def launch(
         for name in SERVICES:
             await start_service(layout, supervisor, name, envs[name])
         await _services_ready(layout, supervisor, nc)
-        if mode == "dra":
+        if config.mode == "dra":
             from partkeeper_sim.stack import dra_demo
 
             await guard(dra_demo.published(layout.cluster.kubeconfig, NODE),
