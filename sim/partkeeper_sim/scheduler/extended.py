@@ -33,7 +33,7 @@ stand in for absent requests here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from partkeeper_sim.kubelet.pods import dra_mapped, is_extended_resource
@@ -151,7 +151,7 @@ def claim_status(claim_name: str, mappings: list[dict[str, str]]) -> dict[str, A
 
 def device_plugin_shortage(pod: Mapping[str, Any], served: Mapping[str, int],
                            allocatable: Mapping[str, str],
-                           others: list[Mapping[str, Any]]) -> str | None:
+                           others: Sequence[Mapping[str, Any]]) -> str | None:
     """NodeResourcesFit for the Pod's extended resources the device plugin serves: what the node
     advertises, less what the other Pods bound to it ask outside their DRA mappings; the reason
     the Pod does not fit, or None (pkg/scheduler/framework/plugins/noderesources/fit.go)."""
