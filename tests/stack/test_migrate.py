@@ -14,6 +14,7 @@ from rich.console import Console
 
 from partkeeper.drivers.profiles import model
 from partkeeper_sim.stack import migrate
+from partkeeper_sim.stack.launch import SERVICES
 from partkeeper_sim.stack.migrate import NAMESPACE, PREFIX, PROFILES, Migration, Placement
 from tests_support import until
 from tests_support.rig import open_rig
@@ -26,9 +27,11 @@ def quiet() -> Console:
     return Console(quiet=True)
 
 
-async def test_a_node_moves_to_dra_with_its_pods_running() -> None:
+@pytest.mark.parametrize("restarted", [("allocator",), SERVICES],
+                         ids=["allocator alone", "all four services"])
+async def test_a_node_moves_to_dra_with_its_pods_running(restarted: tuple[str, ...]) -> None:
     async with open_rig(mode="both") as rig:
-        out = await migrate.run(rig.stack, rig.supervisor, quiet())
+        out = await migrate.run(rig.stack, rig.supervisor, quiet(), restarted)
         report = "\n".join(out.lines)
         assert out.adopted == len(PROFILES), report  # every old claim adopted
         assert not out.restarted, report

@@ -123,7 +123,19 @@ async def _serve(ctx: Context) -> None:
         preparer = UnprepareOnly(ctx, api, ends.wake)
         config = ctx.config
         plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer)
-        await plugin.start()
+        try:
+            await plugin.start()
+        except (OSError, RuntimeError) as exc:
+            # The device plugins must keep serving: no crash loop over this. The claims still
+            # end once their ResourceClaims are deleted, but kubelet cannot unprepare them, so
+            # their Pods stay Terminating until the plugin can serve.
+            log.error("the DRA kubelet plugin cannot serve on %s (%s): kubelet cannot unprepare "
+                      "the %d DRA claim(s) left, and their Pods stay Terminating; mount the "
+                      "kubelet's plugins and plugins_registry dirs (PK_KUBELET_PLUGINS_DIR, "
+                      "PK_KUBELET_REGISTRY_DIR) until they are gone",
+                      plugin.service_path, exc, left)
+            await plugin.stop()  # what did start, if anything
+            plugin = None
         claims = ClaimWatch(api, lambda: ends.held, ends.wake)
         ends.watched = lambda: claims.synced
         tasks = [asyncio.create_task(claims.run(), name="ResourceClaim watch"),

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,21 +129,26 @@ async def _until(check: Callable[[], Awaitable[Any]], what: str,
         await asyncio.sleep(POLL)
 
 
-async def switch(stack: Stack, supervisor: Supervisor, mode: str) -> None:
-    """Restart the allocator alone with `PK_MODE=mode`, as a DaemonSet rolled to the other
-    variant would; the watcher, reclaimer and GC keep running."""
-    child = [c for c in supervisor.children if c.name == "allocator"][-1]
-    await supervisor.kill(child, signal.SIGTERM)
-    env = {**stack.envs["allocator"], "PK_MODE": mode}
-    await start_service(stack.layout, supervisor, "allocator", env)
-    await supervisor.guard(service_ready(stack.nc, "allocator"), timeout=STEP_SECONDS,
-                           what=f"the allocator answering in {mode} mode",
-                           log=stack.layout.log("allocator"))
+async def switch(stack: Stack, supervisor: Supervisor, mode: str,
+                 services: Sequence[str] = ("allocator",)) -> None:
+    """Restart `services` (the allocator at least) with `PK_MODE=mode`, as a DaemonSet rolled to
+    the other variant would; the others keep running."""
+    for name in services:
+        child = [c for c in supervisor.children if c.name == name][-1]
+        await supervisor.kill(child, signal.SIGTERM)
+        env = {**stack.envs[name], "PK_MODE": mode}
+        await start_service(stack.layout, supervisor, name, env)
+    for name in services:
+        await supervisor.guard(service_ready(stack.nc, name), timeout=STEP_SECONDS,
+                               what=f"{name} answering in {mode} mode",
+                               log=stack.layout.log(name))
 
 
 class Migration:
-    def __init__(self, stack: Stack, supervisor: Supervisor, console: Console) -> None:
+    def __init__(self, stack: Stack, supervisor: Supervisor, console: Console,
+                 restarted: Sequence[str] = ("allocator",)) -> None:
         self.stack = stack
+        self.restarted = tuple(restarted)
         self.supervisor = supervisor
         self.console = console
         self.api_client = config.new_client_from_config(config_file=str(stack.kubeconfig))
@@ -263,7 +268,7 @@ class Migration:
 
     async def to_dra(self) -> None:
         started = time.monotonic()
-        await switch(self.stack, self.supervisor, "dra")
+        await switch(self.stack, self.supervisor, "dra", self.restarted)
 
         async def moved() -> bool:
             left = await self.allocatable()
@@ -271,8 +276,9 @@ class Migration:
 
         await _until(moved, "the slices published and kubelet reporting the device-plugin "
                      "resources at 0")
-        self.say(f"allocator restarted with PK_MODE=dra; {time.monotonic() - started:.2f}s "
-                 "until its slices were published and kubelet reported the old resources at 0")
+        self.say(f"{', '.join(self.restarted)} restarted with PK_MODE=dra; "
+                 f"{time.monotonic() - started:.2f}s until the slices were published and kubelet "
+                 "reported the old resources at 0")
         doc = await node_status.gather(self.stack.node, (self.stack.nats_url,),
                                        auth=self.stack.auth)
         adopted = [c for card in doc["cards"] for c in card["claims"] if c.get("adopted")]
@@ -343,8 +349,11 @@ def holds(out: Outcome) -> bool:
         len(out.room_back) == len(PROFILES) and out.adopted == len(PROFILES)
 
 
-async def run(stack: Stack, supervisor: Supervisor, console: Console) -> Outcome:
-    migration = Migration(stack, supervisor, console)
+async def run(stack: Stack, supervisor: Supervisor, console: Console,
+              restarted: Sequence[str] = ("allocator",)) -> Outcome:
+    """The scenario; `restarted`: the services restarted in the switch (the allocator alone, as
+    the demo does, or all four)."""
+    migration = Migration(stack, supervisor, console, restarted)
     out = migration.out
     console.print("partkeeper demo (moving a node from the device plugin to DRA)",
                   markup=False, highlight=False)
