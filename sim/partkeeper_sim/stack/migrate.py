@@ -208,6 +208,10 @@ class Migration:
                                                 self.models)
         return found
 
+    async def status(self) -> dict[str, Any]:
+        return await node_status.gather(self.stack.node, (self.stack.nats_url,),
+                                        auth=self.stack.auth)
+
     async def allocatable(self) -> dict[str, str]:
         node = await self.call(self.core.read_node, self.stack.node)
         return {k: v for k, v in (node.status.allocatable or {}).items() if k.startswith(PREFIX)}
@@ -251,11 +255,18 @@ class Migration:
     async def start_old(self) -> None:
         names = [f"old-{p.replace('.', '')}" for p in PROFILES]
         await self.admit(names, self.stack.node)
-        doc = await node_status.gather(self.stack.node, (self.stack.nats_url,),
-                                       auth=self.stack.auth)
         pods, devices = await self.pods(), await self.kubelet_devices()
-        by_uid = {i["claim"]["pod_uid"]: (i["uuid"], c["index"], i) for c in doc["cards"]
-                  for i in c["instances"] if i["claim"]}
+        uids = {pods[n].metadata.uid for n in names}
+
+        async def recorded() -> dict[str, Any] | None:
+            """Instance by Pod UID, once the published capacity shows every old Pod's (it
+            follows the claims by a recompute)."""
+            doc = await self.status()
+            found = {i["claim"]["pod_uid"]: (i["uuid"], c["index"], i) for c in doc["cards"]
+                     for i in c["instances"] if i["claim"]}
+            return found if uids <= set(found) else None
+
+        by_uid = await _until(recorded, "the old Pods' partitions in partkeeper status")
         for name in names:
             pod = pods[name]
             uuid, card, inst = by_uid[pod.metadata.uid]
@@ -279,8 +290,11 @@ class Migration:
         self.say(f"{', '.join(self.restarted)} restarted with PK_MODE=dra; "
                  f"{time.monotonic() - started:.2f}s until the slices were published and kubelet "
                  "reported the old resources at 0")
-        doc = await node_status.gather(self.stack.node, (self.stack.nats_url,),
-                                       auth=self.stack.auth)
+        async def in_dra_mode() -> dict[str, Any] | None:
+            doc = await self.status()
+            return doc if doc.get("allocator_mode") == "dra" else None
+
+        doc = await _until(in_dra_mode, "partkeeper status from the allocator in DRA mode")
         adopted = [c for card in doc["cards"] for c in card["claims"] if c.get("adopted")]
         self.out.adopted = len(adopted)
         for where in await self.offered():
