@@ -26,34 +26,26 @@ What is measured, and what the summary holds to:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
 from partkeeper import status as node_status
 from partkeeper.drivers.profiles import model, overlaps
 from partkeeper.kubelet import open_unix_channel, podresources_pb2, podresources_pb2_grpc
-from partkeeper_sim.driver import SimDriver
+from partkeeper_sim.stack.dra_demo import NAMESPACE, Demo, DemoFailed, wait_until
 from partkeeper_sim.stack.launch import Stack, service_ready, start_service
 from partkeeper_sim.stack.processes import Supervisor
 
-NAMESPACE = "partkeeper-migrate"
 PROFILES = ("3g.40gb", "2g.20gb", "1g.10gb")
 PREFIX = "nvidia.com/mig-"
 STEP_SECONDS = 60.0
-POLL = 0.05
-
-
-class MigrationFailed(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -117,18 +109,6 @@ def device_placement(name: str, models: dict[int, str]) -> Placement:
     return Placement(int(card), int(start), table[profile].size, profile)
 
 
-async def _until(check: Callable[[], Awaitable[Any]], what: str,
-                 timeout: float = STEP_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = await check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise MigrationFailed(f"not within {timeout:g}s: {what}")
-        await asyncio.sleep(POLL)
-
-
 async def switch(stack: Stack, supervisor: Supervisor, mode: str,
                  services: Sequence[str] = ("allocator",)) -> None:
     """Restart `services` (the allocator at least) with `PK_MODE=mode`, as a DaemonSet rolled to
@@ -144,35 +124,19 @@ async def switch(stack: Stack, supervisor: Supervisor, mode: str,
                                log=stack.layout.log(name))
 
 
-class Migration:
+class Migration(Demo):
+    """The DRA demo's kit (clients, `say`, `pods`, which records failed Pods) and the steps."""
+
     def __init__(self, stack: Stack, supervisor: Supervisor, console: Console,
                  restarted: Sequence[str] = ("allocator",)) -> None:
-        self.stack = stack
-        self.restarted = tuple(restarted)
+        super().__init__(stack, console)
         self.supervisor = supervisor
-        self.console = console
-        self.api_client = config.new_client_from_config(config_file=str(stack.kubeconfig))
-        self.core = client.CoreV1Api(self.api_client)
-        self.resource = client.ResourceV1Api(self.api_client)
-        self.driver = SimDriver(stack.layout.cluster.sim_state)
+        self.restarted = tuple(restarted)
         self.models = {c.index: c.model for c in self.driver.cards() if c.mode == "partition"}
-        self.out = Outcome()
+        self.out = Outcome(failed=self.failed)
         self.old: dict[str, Old] = {}
 
-    def say(self, text: str) -> None:
-        self.console.print(f"  {text}", markup=False, highlight=False, soft_wrap=True)
-
-    async def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(method, *args, **kwargs)
-
     # -- what is read --------------------------------------------------------------------------
-
-    async def pods(self) -> dict[str, Any]:
-        listed = await self.call(self.core.list_namespaced_pod, NAMESPACE)
-        for pod in listed.items:
-            if pod.status.phase == "Failed":
-                self.out.failed.add(pod.metadata.name)
-        return {p.metadata.name: p for p in listed.items}
 
     async def partitions(self) -> dict[str, Placement]:
         found = {}
@@ -197,16 +161,10 @@ class Migration:
                 for s in listed.items for d in (s.spec.devices or [])]
 
     async def allocated(self) -> dict[str, Placement]:
-        """Pod name -> the placement its special ResourceClaim was allocated."""
-        listed = await self.call(self.resource.list_namespaced_resource_claim, NAMESPACE)
-        found = {}
-        for claim in listed.items:
-            owner = next((r.name for r in claim.metadata.owner_references or []), "")
-            allocation = claim.status.allocation if claim.status else None
-            if allocation:
-                found[owner] = device_placement(allocation.devices.results[0].device,
-                                                self.models)
-        return found
+        """Pod name -> the placement its special ResourceClaim was allocated (the demo kit's
+        `placements`, as placements)."""
+        return {pod: device_placement(device, self.models)
+                for pod, device in (await self.placements()).items()}
 
     async def status(self) -> dict[str, Any]:
         return await node_status.gather(self.stack.node, (self.stack.nats_url,),
@@ -247,10 +205,10 @@ class Migration:
         async def running() -> bool:
             pods = await self.pods()
             if self.out.failed:
-                raise MigrationFailed(f"Pods failed: {', '.join(sorted(self.out.failed))}")
+                raise DemoFailed(f"Pods failed: {', '.join(sorted(self.out.failed))}")
             return all(n in pods and pods[n].status.phase == "Running" for n in names)
 
-        await _until(running, f"{', '.join(names)} running")
+        await wait_until(running, f"{', '.join(names)} running")
 
     async def start_old(self) -> None:
         names = [f"old-{p.replace('.', '')}" for p in PROFILES]
@@ -266,7 +224,7 @@ class Migration:
                      for i in c["instances"] if i["claim"]}
             return found if uids <= set(found) else None
 
-        by_uid = await _until(recorded, "the old Pods' partitions in partkeeper status")
+        by_uid = await wait_until(recorded, "the old Pods' partitions in partkeeper status")
         for name in names:
             pod = pods[name]
             uuid, card, inst = by_uid[pod.metadata.uid]
@@ -285,7 +243,7 @@ class Migration:
             left = await self.allocatable()
             return bool(await self.offered()) and all(v == "0" for v in left.values())
 
-        await _until(moved, "the slices published and kubelet reporting the device-plugin "
+        await wait_until(moved, "the slices published and kubelet reporting the device-plugin "
                      "resources at 0")
         self.say(f"{', '.join(self.restarted)} restarted with PK_MODE=dra; "
                  f"{time.monotonic() - started:.2f}s until the slices were published and kubelet "
@@ -294,7 +252,7 @@ class Migration:
             doc = await self.status()
             return doc if doc.get("allocator_mode") == "dra" else None
 
-        doc = await _until(in_dra_mode, "partkeeper status from the allocator in DRA mode")
+        doc = await wait_until(in_dra_mode, "partkeeper status from the allocator in DRA mode")
         adopted = [c for card in doc["cards"] for c in card["claims"] if c.get("adopted")]
         self.out.adopted = len(adopted)
         for where in await self.offered():
@@ -326,7 +284,7 @@ class Migration:
                     old.room_back = time.monotonic() - old.deleted_at
             return all(o.room_back is not None for o in self.old.values())
 
-        await _until(all_back, "the old partitions destroyed and their room offered again")
+        await wait_until(all_back, "the old partitions destroyed and their room offered again")
         for old in self.old.values():
             assert old.room_back is not None
             self.out.room_back[old.name] = old.room_back
@@ -342,7 +300,7 @@ class Migration:
         async def empty() -> bool:
             return not await self.pods() and not await self.partitions()
 
-        await _until(empty, "every Pod gone and every partition destroyed")
+        await wait_until(empty, "every Pod gone and every partition destroyed")
 
 
 def summary(out: Outcome) -> list[str]:
@@ -386,7 +344,7 @@ async def run(stack: Stack, supervisor: Supervisor, console: Console,
                      f"{'PASSED' if out.passed else 'FAILED'}"]
         for problem in sorted(out.restarted | out.destroyed_live) + out.overlaps:
             out.lines.append(f"  problem: {problem}")
-    except (MigrationFailed, node_status.StatusError) as exc:
+    except (DemoFailed, node_status.StatusError) as exc:
         out.lines = [*summary(out), f"  FAILED: {exc}", f"  logs in {stack.layout.logs_dir}"]
     finally:
         migration.api_client.close()
