@@ -238,3 +238,4 @@ async def test_without_the_device_classes_an_unchanged_pod_stays_pending(
         assert phase(core, "plain") == "Pending"
         assert not resource.list_namespaced_resource_claim(NAMESPACE).items
         assert not await stack.claims()
+

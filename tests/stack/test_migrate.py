@@ -82,6 +82,11 @@ async def test_a_node_moves_back_to_the_device_plugin_and_dra_partitions_end_wit
             # is for the whole picture, and it must be exactly the room left beside the DRA
             # partitions (a leaked or ignored DRA claim would show as more).
             await until(advertised, f"the device plugin advertising exactly {expected}")
+            # Nothing more is allocated here through DRA, and status marks the claims adopted.
+            await until(lambda: _empty(m.offered()), "the node's ResourceSlices withdrawn")
+            doc = await m.status()
+            modes = [(c["mode"], c["adopted"]) for card in doc["cards"] for c in card["claims"]]
+            assert modes == [("dra", True)] * len(PROFILES)
             # The DRA Pods kept running on their partitions through the switch.
             pods = await m.pods()
             for name in names:
@@ -119,6 +124,10 @@ async def test_a_node_moves_back_to_the_device_plugin_and_dra_partitions_end_wit
             assert took < 60
         finally:
             m.api_client.close()
+
+
+async def _empty(listing: Any) -> bool:
+    return not await listing
 
 
 def test_the_migration_demo_passes_only_when_its_summary_holds() -> None:
