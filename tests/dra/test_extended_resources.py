@@ -155,7 +155,8 @@ def test_kubelet_routes_devices_by_the_request_mappings_not_by_request_names() -
     # A mapping that the request names alone would route elsewhere: container-0-... is given
     # to the second container. Kubelet must follow the mapping (KEP-5004: the naming is
     # informational only).
-    pod = {"spec": {"containers": [{"name": "first"}, {"name": "second"}]},
+    asks = {"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}
+    pod: dict[str, Any] = {"spec": {"containers": [{"name": "first", **asks}, {"name": "second", **asks}]},
            "status": {"extendedResourceClaimStatus": {
                "resourceClaimName": "p-extended-resources-x",
                "requestMappings": [{"containerName": "second",
@@ -166,6 +167,9 @@ def test_kubelet_routes_devices_by_the_request_mappings_not_by_request_names() -
     info = ClaimInfo(DRIVER, dra_pb2.Claim(uid="c"), devices=[device], prepared=True)
     got = container_devices(pod, {EXTENDED: "c"}, {"c": info})
     assert got == {"first": [], "second": ["vendor/c=1"]}
+    # A mapping naming a resource the container does not request gives it nothing.
+    pod["spec"]["containers"][1] = {"name": "second"}
+    assert container_devices(pod, {EXTENDED: "c"}, {"c": info}) == {"first": [], "second": []}
 
 
 def test_kubelet_admission_skips_what_the_status_maps_to_dra() -> None:

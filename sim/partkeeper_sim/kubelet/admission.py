@@ -46,9 +46,10 @@ def device_requests(pod: PodView) -> list[DeviceRequest]:
     spec order, resources sorted (kubelet's device manager allocates in this order).
 
     Extended resources the Pod's `status.extendedResourceClaimStatus` maps to DRA requests
-    (KEP-5004) are not the device plugins': kubelet's admission does not check them against the
-    node's allocatable nor allocate them (pkg/kubelet/lifecycle/predicate.go, with
-    DRAExtendedResource; the DRA manager prepares the special claim instead)."""
+    are not the device plugins': kubelet's admission does not check them against the Node's
+    allocatable nor allocate them, and its DRA manager prepares the special claim instead
+    (KEP-5004, "Actuation for Extended Resource backed by DRA"; kubelet's admission predicates,
+    pkg/kubelet/lifecycle/predicate.go)."""
     by_dra = dra_mapped(pod.manifest)
     inits = [
         DeviceRequest(c.name, resource, count, init=True)

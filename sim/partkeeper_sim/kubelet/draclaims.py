@@ -12,9 +12,11 @@ gets: pure bookkeeping, after kubelet's DRA manager (k8s.io/kubernetes pkg/kubel
   answered as `gpu/p0` reaches no container asking for request `gpu`.
 - The special claim of DRA extended resources (KEP-5004), named in the Pod's
   `status.extendedResourceClaimStatus`, is prepared like any claim; a container gets the CDI ids
-  of the devices answered for the requests its `requestMappings` entries name for it
-  (claiminfo.go / manager.go, `GetResources`: the mapping decides, the request name's
-  `container-<i>-` is not read).
+  of the devices answered for the request of each `requestMappings` entry that names the
+  container and a resource the container requests (manager.go, `GetResources`: per non-zero
+  request of the container, the mappings with its container and resource name, then
+  `cdiDevicesAsList(rm.RequestName)`): the mapping decides, the request name's `container-<i>-`
+  is never read.
 """
 
 from __future__ import annotations
@@ -52,11 +54,18 @@ def extended_claim(pod: Mapping[str, Any]) -> str:
     return str(status.get("resourceClaimName") or "")
 
 
-def mapped_requests(pod: Mapping[str, Any], container: str) -> list[str]:
-    """The special claim's requests `requestMappings` gives to `container`."""
+def mapped_requests(pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[str]:
+    """The special claim's requests `requestMappings` gives to `container`: entries naming it
+    and a resource it requests (limits stand in for requests, as the API server defaults
+    them for extended resources)."""
     status = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    resources = container.get("resources") or {}
+    asked = {name for name, value in {**(resources.get("limits") or {}),
+                                      **(resources.get("requests") or {})}.items()
+             if str(value).strip() not in ("", "0")}
     return [str(m.get("requestName")) for m in status.get("requestMappings") or []
-            if m.get("containerName") == container]
+            if m.get("containerName") == container.get("name")
+            and m.get("resourceName") in asked]
 
 
 def container_devices(pod: Mapping[str, Any], names: Mapping[str, str],
@@ -73,7 +82,7 @@ def container_devices(pod: Mapping[str, Any], names: Mapping[str, str],
             if info is not None:
                 got += cdi_devices(info.devices, str(ref.get("request") or ""))
         if special is not None:
-            for request in mapped_requests(pod, str(container.get("name"))):
+            for request in mapped_requests(pod, container):
                 got += [cid for device in special.devices if request in device.request_names
                         for cid in device.cdi_device_ids]
         out[str(container.get("name"))] = got
