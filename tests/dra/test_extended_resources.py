@@ -149,6 +149,19 @@ def test_an_extended_resource_name_two_classes_claim_maps_neither() -> None:
     assert mapping["deviceclass.resource.kubernetes.io/one"] == "one"
 
 
+def test_a_pod_s_special_claim_is_found_again_by_its_annotation_and_owner() -> None:
+    # A pass that made the claim and failed before the binding: the next one reuses it.
+    pod = pod_with_uid(unchanged_pod("p"))
+    mapping = extended.class_mapping({d["metadata"]["name"]: d for d in shipped()})
+    claim = extended.special_claim(pod, extended.through_dra(pod, mapping, {}), mapping)
+    other = pod_with_uid(unchanged_pod("q"))
+    other["metadata"]["uid"] = "u-2"
+    assert extended.made_for(pod, [claim]) is claim
+    assert extended.made_for(other, [claim]) is None
+    plain = {**claim, "metadata": {**claim["metadata"], "annotations": {}}}
+    assert extended.made_for(pod, [plain]) is None, "a claim of the Pod's own is not special"
+
+
 # -- the kubelet's side (pure) ---------------------------------------------------------------
 
 def test_kubelet_routes_devices_by_the_request_mappings_not_by_request_names() -> None:

@@ -145,6 +145,19 @@ def request_mappings(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> list[d
     return out
 
 
+def made_for(pod: Mapping[str, Any], found: Sequence[Mapping[str, Any]]
+             ) -> Mapping[str, Any] | None:
+    """The Pod's special claim among `found`: annotated, and owned by the Pod."""
+    uid = pod["metadata"]["uid"]
+    for claim in found:
+        meta = claim.get("metadata") or {}
+        if ANNOTATION in (meta.get("annotations") or {}) and any(
+                r.get("uid") == uid and r.get("controller")
+                for r in meta.get("ownerReferences") or []):
+            return claim
+    return None
+
+
 def claim_status(claim_name: str, mappings: list[dict[str, str]]) -> dict[str, Any]:
     return {"resourceClaimName": claim_name, "requestMappings": mappings}
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
@@ -97,8 +98,14 @@ class DraScheduler:
             except extended.DoesNotFit as exc:
                 self._unschedulable(pod, str(exc))
                 continue
-            short = extended.device_plugin_shortage(pod, served, allocatable, bound)
-            if short is not None:
+            made = extended.made_for(pod, found)
+            if made is not None and allocate.results_of(made):
+                # Made and allocated by a pass that failed before the binding: the Pod is bound
+                # with it, never given a second one (upstream's PreFilter finds the Pod's
+                # special claim again by its annotation and owner, and reuses it).
+                self._name_special(pod, made)
+                served = {}
+            elif short := extended.device_plugin_shortage(pod, served, allocatable, bound):
                 self._unschedulable(pod, short)
                 continue
             if self._schedule(pod, found, classes, inventory, served, mapping):
@@ -193,14 +200,21 @@ class DraScheduler:
             name, namespace, {"status": status}, _content_type=MERGE_PATCH)
         found.append({**special, "metadata": {**special["metadata"], "name": name,
                                               "namespace": namespace}, "status": status})
-        mappings = extended.request_mappings(special, pod)
-        self.core.patch_namespaced_pod_status(
-            meta["name"], namespace,
-            {"status": {"extendedResourceClaimStatus": extended.claim_status(name, mappings)}},
-            _content_type=MERGE_PATCH)
+        mappings = self._name_special(pod, {**special, "metadata": {"name": name}})
         log.info("made ResourceClaim %s/%s for the extended resources of Pod %s: %s", namespace,
                  name, meta["name"], ", ".join(f"{m['containerName']}:{m['resourceName']}="
                                               f"{m['requestName']}" for m in mappings))
+
+    def _name_special(self, pod: dict[str, Any], claim: Mapping[str, Any]
+                      ) -> list[dict[str, str]]:
+        """Write the special claim and its request mappings into the Pod's status."""
+        meta = pod["metadata"]
+        mappings = extended.request_mappings(claim, pod)
+        status = extended.claim_status(claim["metadata"]["name"], mappings)
+        self.core.patch_namespaced_pod_status(
+            meta["name"], meta.get("namespace", "default"),
+            {"status": {"extendedResourceClaimStatus": status}}, _content_type=MERGE_PATCH)
+        return mappings
 
     def _claims_of(self, pod: dict[str, Any], found: list[dict[str, Any]]
                    ) -> list[dict[str, Any]] | None:
