@@ -189,7 +189,10 @@ class Migration(Demo):
                 self.out.restarted.add(old.name)
             if old.partition not in hardware:
                 self.out.destroyed_live.add(old.name)
-        held = [o.placement for o in self.old.values() if o.partition in hardware]
+        # An old partition seen destroyed is gone for good: a successor at its placement has
+        # the same name-based MIG uuid, and is not it.
+        held = [o.placement for o in self.old.values()
+                if o.room_back is None and o.partition in hardware]
         for name, where in (await self.allocated()).items():
             for adopted in held:
                 if where.overlaps(adopted):
