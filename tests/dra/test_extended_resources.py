@@ -169,7 +169,8 @@ def test_kubelet_routes_devices_by_the_request_mappings_not_by_request_names() -
     # to the second container. Kubelet must follow the mapping (KEP-5004: the naming is
     # informational only).
     asks = {"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}
-    pod: dict[str, Any] = {"spec": {"containers": [{"name": "first", **asks}, {"name": "second", **asks}]},
+    containers = [{"name": "first", **asks}, {"name": "second", **asks}]
+    pod: dict[str, Any] = {"spec": {"containers": containers},
            "status": {"extendedResourceClaimStatus": {
                "resourceClaimName": "p-extended-resources-x",
                "requestMappings": [{"containerName": "second",
