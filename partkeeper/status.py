@@ -22,7 +22,7 @@ from partkeeper.bus.kv import Bucket
 from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.claims import ClaimsStore
 from partkeeper.config import ConfigError, load
-from schemas import CardClaims, NodeCapacity, SchemaError, decode
+from schemas import CardClaims, Claim, NodeCapacity, SchemaError, decode
 from schemas.names import (
     BUCKET_CAPACITY,
     BUCKET_CLAIMS,
@@ -43,7 +43,17 @@ class StatusError(Exception):
 def build(
     node: str, capacity: NodeCapacity, claims: dict[int, CardClaims], services: dict[str, bool]
 ) -> dict[str, Any]:
-    """The status document (docs/contract.md section 4) from the snapshots. Pure."""
+    """The status document (docs/contract.md section 4) from the snapshots. Pure.
+
+    Each claim says its `mode`: "dra" when DRA mode wrote it (it names a ResourceClaim),
+    "deviceplugin" otherwise; `adopted` when the allocator now runs in the other mode (a node
+    switched with its Pods running: the claim is kept and ends as its own mode's do)."""
+    running = capacity.allocator_mode
+
+    def modes(claim: Claim) -> dict[str, Any]:
+        mode = "dra" if claim.resource_claim_uid else "deviceplugin"
+        return {"mode": mode, "adopted": bool(running) and mode != running}
+
     cards = []
     for card in capacity.cards:
         doc = claims.get(card.index)
@@ -57,7 +67,7 @@ def build(
                     "size": inst.size, "gi_id": inst.gi_id, "foreign": inst.foreign,
                     "claim": None if claim is None else
                     {"id": claim.id, "state": claim.state, "pod_uid": claim.pod_uid,
-                     "resource_claim": claim.resource_claim},
+                     "resource_claim": claim.resource_claim, **modes(claim)},
                 }
             )
         cards.append(
@@ -68,7 +78,7 @@ def build(
                     {"id": c.id, "kind": c.kind, "state": c.state, "pod_uid": c.pod_uid,
                      "namespace": c.namespace, "name": c.name, "container": c.container,
                      "profile": c.profile, "start": c.start, "size": c.size,
-                     "resource_claim": c.resource_claim}
+                     "resource_claim": c.resource_claim, **modes(c)}
                     for c in sorted(by_id.values(), key=lambda c: (c.start, c.id))
                 ],
                 "free": dict(card.free),
@@ -76,7 +86,7 @@ def build(
             }
         )
     return {"node": node, "at": capacity.at, "services": services, "cards": cards,
-            "slice_limiter": _limiter(capacity)}
+            "slice_limiter": _limiter(capacity), "allocator_mode": running or None}
 
 
 def _limiter(capacity: NodeCapacity) -> dict[str, Any] | None:
@@ -151,12 +161,14 @@ async def _answers(nc: nats.NATS, service: str, timeout: float) -> bool:
     return True
 
 
-COLUMNS = ("placement", "profile", "instance", "claim", "state", "pod")
+COLUMNS = ("placement", "profile", "instance", "claim", "mode", "state", "pod")
+_MODES = {"deviceplugin": "device-plugin", "dra": "DRA"}
 
 
 def render(status: dict[str, Any]) -> str:
     """The status as plain text tables (no terminal library: the agent image has none). Pure."""
-    lines = [f"node {status['node']}"]
+    mode = status.get("allocator_mode")
+    lines = [f"node {status['node']}" + (f" (allocator in {_MODES[mode]} mode)" if mode else "")]
     down = [name for name, up in status["services"].items() if not up]
     if down:
         lines.append(f"not answering: {', '.join(down)}")
@@ -176,16 +188,23 @@ def _rows(card: dict[str, Any]) -> list[tuple[str, ...]]:
         claim = inst["claim"] or {}
         rows.append((
             f"{inst['start']}+{inst['size']}", inst["profile"], inst["uuid"],
-            _claim_label(claim, inst["foreign"]), claim.get("state", "-"),
+            _claim_label(claim, inst["foreign"]), _mode_label(claim), claim.get("state", "-"),
             claim.get("pod_uid", "-"),
         ))
     owned = {i["claim"]["id"] for i in card["instances"] if i["claim"]}
     rows.extend(
-        (f"{c['start']}+{c['size']}", c["profile"], "-", _claim_label(c, False), c["state"],
-         c["pod_uid"])
+        (f"{c['start']}+{c['size']}", c["profile"], "-", _claim_label(c, False), _mode_label(c),
+         c["state"], c["pod_uid"])
         for c in card["claims"] if c["id"] not in owned
     )
     return rows
+
+
+def _mode_label(claim: dict[str, Any]) -> str:
+    """`device-plugin` or `DRA`, `(adopted)` when the allocator runs in the other mode."""
+    if not claim or "mode" not in claim:
+        return "-"
+    return _MODES[claim["mode"]] + (" (adopted)" if claim.get("adopted") else "")
 
 
 def _claim_label(claim: dict[str, Any], foreign: bool) -> str:

@@ -148,3 +148,6 @@ class NodeCapacity(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", 
     cards: list[CardView] = []
     # None: written by an allocator from before the limiter was reported (read as unknown).
     slice_limiter: SliceLimiterView | None = None
+    # The mode the allocator runs in ("deviceplugin" or "dra"); "" from an allocator before it
+    # was reported. Claims of the other mode are adopted (docs/operations.md).
+    allocator_mode: str = ""

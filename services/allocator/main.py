@@ -15,6 +15,7 @@ from partkeeper import runtime
 from partkeeper.config import Config
 from services.allocator.core.options import Options
 from services.allocator.deviceplugin import main as deviceplugin_main
+from services.allocator.dra import leftover
 from services.allocator.dra import main as dra_main
 
 
@@ -31,7 +32,10 @@ async def serve(
     if config.mode == "dra":
         await dra_main.serve(config, nc, options, ready)
     else:
-        await deviceplugin_main.serve(config, nc, options, ready)
+        # A node moved back from DRA: the DRA claims still in the store end as in DRA mode
+        # (dra/leftover.py); the device plugin runs it without knowing DRA mode.
+        await deviceplugin_main.serve(config, nc, options, ready,
+                                      also=("DRA claims from DRA mode", leftover.run))
 
 
 def room_waited(config: Config, options: Options) -> Options:

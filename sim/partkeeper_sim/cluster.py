@@ -110,8 +110,10 @@ def register(ops: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "this host's address when listening on all)")
     parser.add_argument("--termination-delay", type=float, default=0.0, metavar="SECONDS",
                         help="how long a deleted Pod's containers take to stop")
-    parser.add_argument("--mode", choices=("deviceplugin", "dra"), default="deviceplugin",
-                        help="dra: a DRA scheduler and kubelet instead of device plugins")
+    parser.add_argument("--mode", choices=("deviceplugin", "dra", "both"),
+                        default="deviceplugin",
+                        help="dra: a DRA scheduler and kubelet instead of device plugins; both: "
+                        "the two side by side, for a node moving between the modes")
     parser.add_argument("--notify-fd", type=int, metavar="FD",
                         help="write the readiness line to this inherited fd, then close it")
     parser.set_defaults(func=main)
@@ -216,7 +218,7 @@ async def serve(options: ClusterOptions, stop: asyncio.Event, notifier: Notifier
     try:
         url = advertised_url(options.host, server.port, options.advertise)
         await asyncio.to_thread(write_kubeconfig, paths.kubeconfig, url)
-        if options.mode == "dra":
+        if options.mode in ("dra", "both"):
             await _serve_dra(options, url, stop, notifier)
             return
         source = ClusterPodSource.from_kubeconfig(options.node, str(paths.kubeconfig))
@@ -239,11 +241,22 @@ async def _serve_dra(options: ClusterOptions, url: str, stop: asyncio.Event,
     from partkeeper_sim import dra_cluster
 
     paths = options.paths
+    both = options.mode == "both"
+    ready = asyncio.Event()
     running = asyncio.create_task(dra_cluster.run(
         options.node, paths.kubeconfig, paths.kubelet_root, stop,
-        termination_delay=options.termination_delay), name="sim dra cluster")
-    description = _describe(options, url, dra_cluster.registry_dir(paths.kubelet_root))
-    notifier.ready({**description, "mode": "dra"})
+        termination_delay=options.termination_delay, device_plugins=both, ready=ready),
+        name="sim dra cluster")
+    waiting = asyncio.ensure_future(ready.wait())
+    await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if running.done():
+        await running  # it failed before serving: its error is the cluster's
+        return
+    socket = (paths.device_plugin_dir / "kubelet.sock" if both
+              else dra_cluster.registry_dir(paths.kubelet_root))
+    description = _describe(options, url, socket)
+    notifier.ready({**description, "mode": options.mode})
     await running
 
 

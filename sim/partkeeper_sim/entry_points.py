@@ -28,6 +28,9 @@ def add_up(sub: Subparsers) -> None:
     up.add_argument("--workdir", help="where state and logs go (default: a temp dir)")
     up.add_argument("--mode", choices=("deviceplugin", "dra"), default="deviceplugin",
                     help="dra: ResourceSlices, a simulated scheduler and a DRA kubelet")
+    up.add_argument("--migrate", action="store_true",
+                    help="with --demo: Pods admitted through the device plugin, the node moved "
+                    "to DRA while they run, new Pods with the same specs admitted through DRA")
     up.set_defaults(func=_up)
 
 

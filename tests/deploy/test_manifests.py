@@ -19,6 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from partkeeper.dra.classes import extended_classes
 from tests_support.manifests import (
     DEPLOY,
     K8S_VERSION,
@@ -314,7 +315,9 @@ def test_dra_component_gives_the_allocator_what_dra_mode_uses(tmp_path: Path) ->
     assert [n for n in SERVICES if token in mounts(docs, n)] == ["watcher", "allocator"]
     assert [n for n in SERVICES if data["PK_CDI_DIR"] in mounts(docs, n)] == [
         "allocator", "reclaimer"]
-    assert one(docs, "DeviceClass")["metadata"]["name"] == "partitions.partkeeper.io"
+    classes = {d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"}
+    per_profile = {c["metadata"]["name"] for c in extended_classes()}
+    assert classes == {"partitions.partkeeper.io", *per_profile}, "and one per profile"
 
 
 def test_dra_component_grants_exactly_the_dra_calls(tmp_path: Path) -> None:

@@ -80,7 +80,8 @@ class Rig:
                            f"its log {child.log_path} ends:\n{tail(child.log_path)}") from None
 
     async def restart(self, name: str, *, faults: str = "", wait: bool = True,
-                      timeout: float = RESTART_READY_SECONDS) -> Child:
+                      timeout: float = RESTART_READY_SECONDS,
+                      extra: Mapping[str, str] | None = None) -> Child:
         """Start `name` again (stopping the old process if it still runs) with PK_FAULTS=faults.
 
         With faults the new process is expected to end at one, so its end is not a failure of
@@ -88,7 +89,7 @@ class Rig:
         """
         if self.alive(name):
             await self.kill(name, signal.SIGTERM)
-        env = dict(self.stack.envs[name])
+        env = {**self.stack.envs[name], **(extra or {})}  # `extra`: e.g. another PK_MODE
         env.pop("PK_FAULTS", None)
         if faults:
             env["PK_FAULTS"] = faults
@@ -172,6 +173,7 @@ async def open_rig(
     credentials: tuple[str, str] | None = None,
     users: EmbeddedUsers | None = None,
     workdir: Path | None = None,
+    mode: str = "deviceplugin",
 ) -> AsyncIterator[Rig]:
     """The whole stack on `servers` (default: one new nats-server with a user per role, as
     `partkeeper up` runs it); everything stopped after. `users` are the logins on `servers`.
@@ -196,7 +198,7 @@ async def open_rig(
             await asyncio.to_thread(started[0].start)
         url = ",".join(s.url for s in started)
         stack = await launch(layout, supervisor, nats_url=url, overrides=overrides,
-                             credentials=credentials, users=users)
+                             credentials=credentials, users=users, mode=mode)
         try:
             yield Rig(stack, supervisor, started)
             _no_permission_refused(layout)

@@ -136,7 +136,8 @@ class Recompute:
 
     async def _publish(self, doc: NodeCapacity) -> None:
         # Who enforces the slices, for `partkeeper status` (set at start, partkeeper.limiter).
-        doc = msgspec.structs.replace(doc, slice_limiter=sliced.limiter_view(self.ctx))
+        doc = msgspec.structs.replace(doc, slice_limiter=sliced.limiter_view(self.ctx),
+                                      allocator_mode=self.ctx.config.mode)
         if same(doc, self.published):
             return
         try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
@@ -38,16 +40,25 @@ class Parts:
     registrar: Registrar
 
 
+# A task run beside the device plugin over its context, named for the logs (`main.serve` hands
+# in the end of DRA claims left by DRA mode, which this mode must not import).
+Beside = tuple[str, Callable[[Context], Coroutine[Any, Any, None]]]
+
+
 async def serve(
-    config: Config, nc: Client, options: Options, ready: asyncio.Event | None
+    config: Config, nc: Client, options: Options, ready: asyncio.Event | None,
+    also: Beside | None = None,
 ) -> None:
     """Run the device-plugin allocator until cancelled (`main.serve` in device-plugin mode);
     `ready` is set once the plugin sockets serve (with correct health) and registration with
-    kubelet has started."""
+    kubelet has started; `also` runs beside it once it has started."""
     parts = await _build(config, nc, options)
     await asyncio.to_thread(parts.ctx.find_limiter)  # may refuse the start: before anything serves
     async with Lifecycle("allocator") as life:
         await _start(parts, life)
+        if also is not None:
+            name, run = also
+            life.spawn(name, run(parts.ctx))
         log.info("allocator ready on node %s: %s", config.node, ", ".join(parts.ctx.offers))
         if ready is not None:
             ready.set()

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from partkeeper_sim.kubelet.pods import PodView
+from partkeeper_sim.kubelet.pods import PodView, dra_mapped
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +43,25 @@ class Shortage:
 
 def device_requests(pod: PodView) -> list[DeviceRequest]:
     """One request per container and resource: init containers first, then the others, each in
-    spec order, resources sorted (kubelet's device manager allocates in this order)."""
+    spec order, resources sorted (kubelet's device manager allocates in this order).
+
+    Extended resources the Pod's `status.extendedResourceClaimStatus` maps to DRA requests
+    are not the device plugins': kubelet's admission does not check them against the Node's
+    allocatable nor allocate them, and its DRA manager prepares the special claim instead
+    (KEP-5004, "Actuation for Extended Resource backed by DRA"; kubelet's admission predicates,
+    pkg/kubelet/lifecycle/predicate.go)."""
+    by_dra = dra_mapped(pod.manifest)
     inits = [
         DeviceRequest(c.name, resource, count, init=True)
         for c in pod.init_containers
         for resource, count in sorted(c.devices.items())
+        if resource not in by_dra.get(c.name, ())
     ]
     return inits + [
         DeviceRequest(c.name, resource, count)
         for c in pod.containers
         for resource, count in sorted(c.devices.items())
+        if resource not in by_dra.get(c.name, ())
     ]
 
 

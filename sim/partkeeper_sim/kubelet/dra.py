@@ -10,10 +10,13 @@ As kubelet's DRA manager does (k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go):
   names, again and again (the Pod waits in ContainerCreating) until every claim answers without
   error; a claim another Pod already prepared is not prepared again (draclaims.py). Then each
   container gets the CDI ids of the devices its claim references match (`container_cdi`), and
-  the Pod runs;
+  the Pod runs. The special claim of DRA extended resources (KEP-5004), named in the Pod's
+  `status.extendedResourceClaimStatus`, is one of them, and its devices reach the containers
+  its `requestMappings` name (draclaims.py);
 - when the Pod's containers stop (deletion requested, after the termination delay), the Pod
   leaves its claims' sets; a claim no Pod uses any more is unprepared with
-  `NodeUnprepareResources` (retried until it answers), then the deletion is completed.
+  `NodeUnprepareResources` (retried until it answers, also while no plugin of the driver is
+  registered: the Pod stays Terminating meanwhile), then the deletion is completed.
 
 Kept apart from the device-plugin kubelet (`kubelet.py`); the two share only the `PodSource`.
 """
@@ -34,7 +37,12 @@ from kubernetes.client.exceptions import ApiException
 
 from partkeeper.kubelet import dra_pb2, dra_pb2_grpc, open_unix_channel
 from partkeeper.lifecycle import cancel_all, woken_or_timeout
-from partkeeper_sim.kubelet.draclaims import ClaimInfo, container_devices
+from partkeeper_sim.kubelet.draclaims import (
+    EXTENDED,
+    ClaimInfo,
+    container_devices,
+    extended_claim,
+)
 from partkeeper_sim.kubelet.draplugins import WIPE_DELAY, DraPlugins
 from partkeeper_sim.kubelet.pods import PodEvent, PodView
 from partkeeper_sim.kubelet.source import PodSource
@@ -163,9 +171,13 @@ class DraKubelet:
         body = pod.manifest
         statuses = {s.get("name"): s.get("resourceClaimName")
                     for s in (body.get("status") or {}).get("resourceClaimStatuses") or []}
+        wanted = [(str(entry.get("name")),
+                   entry.get("resourceClaimName") or statuses.get(entry.get("name")))
+                  for entry in (body.get("spec") or {}).get("resourceClaims") or []]
+        if extended_claim(body):
+            wanted.append((EXTENDED, extended_claim(body)))
         found: Entries = {}
-        for entry in (body.get("spec") or {}).get("resourceClaims") or []:
-            name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+        for entry, name in wanted:
             if not name:
                 return None
             raw = await asyncio.to_thread(self.resource.read_namespaced_resource_claim, name,
@@ -177,7 +189,7 @@ class DraKubelet:
                 return None
             ref = dra_pb2.Claim(namespace=pod.namespace, uid=claim["metadata"]["uid"], name=name)
             drivers = sorted({str(r.get("driver")) for r in results})
-            found[str(entry.get("name"))] = (ref.uid, [(d, ref) for d in drivers])
+            found[entry] = (ref.uid, [(d, ref) for d in drivers])
         return body, found
 
     async def _prepare_all(self, worker: Worker) -> bool:
@@ -235,8 +247,19 @@ class DraKubelet:
             self.claims.pop(uid, None)
 
     async def _unprepare(self, info: ClaimInfo) -> None:
+        """Until the plugin answers without error. A driver that is not registered is an error
+        like any other: kubelet unprepares after the containers stop and before it reports
+        the Pod terminated, and retries the whole step (pkg/kubelet/kubelet.go,
+        `SyncTerminatingPod`), so the Pod stays Terminating until a plugin of the driver
+        answers."""
         ref = info.ref
-        while (socket := self.plugins.get(info.driver)) is not None:
+        while True:
+            socket = self.plugins.get(info.driver)
+            if socket is None:
+                log.warning("unprepare of %s waits: DRA driver %s is not registered", ref.name,
+                            info.driver)
+                await asyncio.sleep(self.retry)
+                continue
             self.unprepare_calls += 1
             try:
                 stub = await self._stub(info.driver, socket)

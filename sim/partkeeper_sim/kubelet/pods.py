@@ -68,6 +68,17 @@ def is_extended_resource(name: str) -> bool:
     return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
+def dra_mapped(manifest: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Per container, the extended resources the Pod's `status.extendedResourceClaimStatus`
+    maps to requests of its special ResourceClaim (KEP-5004): DRA serves those, not a device
+    plugin."""
+    status = (manifest.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    out: dict[str, set[str]] = {}
+    for entry in status.get("requestMappings") or []:
+        out.setdefault(str(entry.get("containerName")), set()).add(str(entry.get("resourceName")))
+    return out
+
+
 def _count(resource: str, raw: object, where: str) -> int:
     text = str(raw).strip()
     if not text.isdigit():

@@ -48,7 +48,7 @@ class DraOutcome:
     error: str = ""
 
 
-async def _until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = STEP_SECONDS
+async def wait_until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = STEP_SECONDS
                  ) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -74,7 +74,7 @@ async def published(kubeconfig: Path, node: str) -> None:
         return bool(found.items)
 
     try:
-        await _until(listed, f"ResourceSlices of node {node}", timeout=3600)
+        await wait_until(listed, f"ResourceSlices of node {node}", timeout=3600)
     finally:
         api_client.close()
 
@@ -150,7 +150,7 @@ class Demo:
                 return up, waiting[0]
             return None
 
-        up, waiting = await _until(settled, "two Pods running and one Pending as unschedulable")
+        up, waiting = await wait_until(settled, "two Pods running and one Pending as unschedulable")
         where = await self.placements()
         for name in sorted(up):
             self.say(f"{name} runs on {where.get(name)}")
@@ -181,7 +181,7 @@ class Demo:
         async def placed() -> bool:
             return waiting in await self.running()
 
-        await _until(placed, f"{waiting} running after {victim} was deleted")
+        await wait_until(placed, f"{waiting} running after {victim} was deleted")
         took = time.monotonic() - started
         self.say(f"{waiting} runs on {(await self.placements()).get(waiting)} "
                  f"{took:.2f}s after {victim} was deleted")
@@ -201,7 +201,7 @@ class Demo:
             offered = sum(len(s.spec.devices or []) for s in slices.items)
             return not instances and not await self.pods() and offered == every
 
-        await _until(empty, "every partition destroyed and every device offered again")
+        await wait_until(empty, "every partition destroyed and every device offered again")
         self.say(f"all Pods deleted: no partition left, all {every} devices offered again")
 
 
@@ -248,7 +248,7 @@ class SharedStep:
         async def both() -> bool:
             return set(SHARERS) <= await demo.running()
 
-        await _until(both, f"{' and '.join(SHARERS)} running on ResourceClaim {SHARED}")
+        await wait_until(both, f"{' and '.join(SHARERS)} running on ResourceClaim {SHARED}")
         claim = await demo.call(demo.resource.read_namespaced_resource_claim, SHARED, NAMESPACE)
         (result,) = claim.status.allocation.devices.results
         partitions = await self.instances()
@@ -264,7 +264,7 @@ class SharedStep:
         async def first_gone() -> bool:
             return SHARERS[0] not in await demo.pods()
 
-        await _until(first_gone, f"{SHARERS[0]} gone")
+        await wait_until(first_gone, f"{SHARERS[0]} gone")
         if await self.instances() != partitions or SHARERS[1] not in await demo.running():
             raise DemoFailed(f"the partition of ResourceClaim {SHARED} did not outlive "
                              f"{SHARERS[0]} while {SHARERS[1]} still uses it")
@@ -274,7 +274,7 @@ class SharedStep:
         async def destroyed() -> bool:
             return not await self.instances() and not await demo.pods()
 
-        await _until(destroyed, f"the partition destroyed after {SHARERS[1]}, the last Pod")
+        await wait_until(destroyed, f"the partition destroyed after {SHARERS[1]}, the last Pod")
         demo.say(f"{SHARERS[1]} deleted: the claim was unprepared and deallocated, and its "
                  "partition destroyed")
         await demo.call(demo.resource.delete_namespaced_resource_claim, SHARED, NAMESPACE)

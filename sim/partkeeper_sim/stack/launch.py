@@ -143,7 +143,8 @@ async def launch(
     `credentials` (user, password) are for the stack's own connection (readiness, probes);
     `users` are the logins of every role on those servers (the stack's own server gets new
     ones); overrides name "provision" too. `mode` "dra" runs the cluster's DRA scheduler and
-    kubelet and the allocator in DRA mode.
+    kubelet and the allocator in DRA mode; "both" runs the cluster's device-plugin and DRA sides
+    together with the allocator in device-plugin mode (a node about to move to DRA, migrate.py).
     """
     port = free_port()
     own_nats = nats_url is None
@@ -153,6 +154,8 @@ async def launch(
     env = service_env(layout, nats_url, os.environ)
     if mode == "dra":
         env.update({"PK_MODE": "dra", "PK_CDI_DIR": str(layout.root / "cdi")})
+    elif mode == "both":
+        env["PK_CDI_DIR"] = str(layout.root / "cdi")  # where DRA mode writes, once switched
 
     def env_of(role: str) -> dict[str, str]:
         login = users.env(role) if users else {}
@@ -180,7 +183,7 @@ async def launch(
         for name in SERVICES:
             await start_service(layout, supervisor, name, envs[name])
         await _services_ready(layout, supervisor, nc)
-        if mode == "dra":
+        if config.mode == "dra":
             from partkeeper_sim.stack import dra_demo
 
             await guard(dra_demo.published(layout.cluster.kubeconfig, NODE),

@@ -38,6 +38,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"partkeeper up: cannot use {layout.root}: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     mode = getattr(args, "mode", "deviceplugin")
+    if getattr(args, "migrate", False):
+        if not args.demo or mode != "deviceplugin":
+            print("partkeeper up: --migrate goes with --demo (and no --mode): the node starts in "
+                  "device-plugin mode and moves to DRA", file=sys.stderr)
+            return EXIT_UNUSABLE
+        mode = "both"  # the cluster runs both kubelet sides; the allocator starts as device plugin
     return asyncio.run(_up(layout, bool(args.demo), Console(), mode))
 
 
@@ -78,6 +84,8 @@ async def _session(layout: Layout, supervisor: Supervisor, demo: bool, console: 
     stack = await launch(layout, supervisor, mode=mode)
     try:
         _print_ready(console, stack, time.monotonic() - started)
+        if demo and mode == "both":
+            return await _migrate_demo(stack, supervisor, console)
         if demo:
             return await _demo(stack, supervisor, console)
         child = await supervisor.died()
@@ -102,6 +110,17 @@ async def _demo(stack: Stack, supervisor: Supervisor, console: Console) -> int:
     for line in lines(outcome):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if outcome.passed else EXIT_FAILED
+
+
+async def _migrate_demo(stack: Stack, supervisor: Supervisor, console: Console) -> int:
+    from partkeeper_sim.stack import migrate
+
+    result = await supervisor.guard(migrate.run(stack, supervisor, console),
+                                    timeout=DEMO_SECONDS, what="the migration demo",
+                                    log=stack.layout.log("allocator"))
+    for line in result.lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK if result.passed else EXIT_FAILED
 
 
 def _print_ready(console: Console, stack: Stack, seconds: float) -> None:
