@@ -15,7 +15,6 @@ import pytest
 from tests_support.containers import SERVICE_IMAGE, SLIM_IMAGE, absent, make_image, podman
 
 
-
 @pytest.fixture(scope="session")
 def rig_ready() -> None:
     reason = absent()

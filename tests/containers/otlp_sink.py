@@ -1,4 +1,4 @@
-"""The OTLP receiver that stands in Jaeger's place in the compose test (tests/containers/compose.stand-ins.yml).
+"""The OTLP receiver standing in Jaeger's place in the compose test (compose.stand-ins.yml).
 
 It serves `TraceService/Export` over gRPC on 0.0.0.0:4317, the port Jaeger's all-in-one collector
 listens on, with tests_support.otlp_receiver (the receiver the process-level trace tests use), and
