@@ -11,7 +11,7 @@ ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null
 EXTRAS ?=
 IMAGE ?= partkeeper:$(VERSION)$(if $(EXTRAS),-$(EXTRAS))
 # Extra flags for the engine's build, e.g. BUILD_FLAGS='--ulimit nofile=4096:4096' where the
-# engine's default limits cannot be set (tests/containers/rig.py).
+# engine's default limits cannot be set (tests/tests_support/containers.py).
 BUILD_FLAGS ?=
 
 .PHONY: demo test lint typecheck bench image clean
