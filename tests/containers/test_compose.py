@@ -5,9 +5,12 @@ compose.stand-ins.yml (the receiver), and the base images are made locally under
 (tests/containers/README.md says what stands in for what, and why).
 
 One stack for the module, started by the `stack` fixture; the tests run in file order against it
-and the last one takes it down. The scenario is the demo's in short: two Pods fill both H100s'
-7g.80gb partitions and one takes a logical slice of the sliced A100; one of the H100 Pods is
-deleted and its partition reclaimed; a third Pod takes the freed card.
+and the last one takes it down. The traces are checked before the services are killed: a span
+still in a killed process's export buffer is lost with it.
+
+The scenario is the demo's in short: two Pods fill both H100s' 7g.80gb partitions and one takes
+a logical slice of the sliced A100; one of the H100 Pods and the sliced one are deleted and
+reclaimed; a third Pod takes the freed card.
 """
 
 from __future__ import annotations
@@ -249,6 +252,70 @@ def test_the_node_admits_reclaims_and_refills(scenario: Scenario) -> None:
     assert all(free(refilled, card, "7g.80gb") == 0 for card in whole)
 
 
+def spans(stack: Compose) -> list[dict[str, Any]]:
+    path = stack.otlp_out / "spans.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def traces_with(received: list[dict[str, Any]], match: Callable[[dict[str, Any]], bool],
+                ) -> dict[str, list[dict[str, Any]]]:
+    """The traces (id -> spans) that hold a span matching `match`."""
+    ids = {s["trace_id"] for s in received if match(s)}
+    return {tid: [s for s in received if s["trace_id"] == tid] for tid in ids}
+
+
+def connected(trace: list[dict[str, Any]]) -> bool:
+    ids = {s["span_id"] for s in trace}
+    return len([s for s in trace if s["parent_id"] not in ids]) == 1
+
+
+def services_in(trace: list[dict[str, Any]]) -> set[str]:
+    return {s["service"] for s in trace}
+
+
+async def test_one_trace_per_allocate_and_per_reclaim_with_the_four_services(
+    stack: Compose, scenario: Scenario
+) -> None:
+    def allocate(uid: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda s: s["name"] == "claim" and s["attributes"].get("pk.pod_uid") == uid
+
+    def reclaim(uid: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda s: (s["name"] == "watcher PodGone"
+                          and s["attributes"].get("pk.pod_uid") == uid)
+
+    wanted = [(f"Allocate of {n}", allocate(uid), {"partkeeper-allocator", "partkeeper-watcher"})
+              for n, uid in scenario.uids.items()]
+    wanted += [(f"reclaim of {n}", reclaim(scenario.uids[n]),
+                {"partkeeper-watcher", "partkeeper-reclaimer"}) for n in scenario.deleted]
+    found: dict[int, list[dict[str, Any]]] = {}
+    seen_so_far: list[str] = []
+
+    def arrived() -> bool:
+        received = spans(stack)
+        seen_so_far.clear()
+        for i, (what, match, services) in enumerate(wanted):
+            traces = traces_with(received, match)
+            seen_so_far.append(f"{what}: {len(traces)} trace(s) "
+                               + "; ".join(f"{sorted(services_in(t))} connected={connected(t)}"
+                                           for t in traces.values()))
+            if len(traces) == 1:
+                [trace] = traces.values()
+                if services <= services_in(trace) and connected(trace):
+                    found[i] = trace
+        return len(found) == len(wanted)
+
+    try:
+        await until(arrived, "one connected trace per Allocate and per reclaim", DEADLINE)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n" + "\n".join(seen_so_far)) from None
+    for what, match, _ in wanted:
+        assert len(traces_with(spans(stack), match)) == 1, f"{what}: one trace, not more"
+    seen = set().union(*(services_in(t) for t in found.values()))
+    assert seen >= SERVICE_NAMES, f"spans from {sorted(seen)}"
+
+
 def test_status_works_from_the_host(stack: Compose, scenario: Scenario) -> None:
     user, password = admin_credentials()
     env = {"NATS_URL": f"nats://127.0.0.1:{published(stack, 'nats', 4222)}",
@@ -289,62 +356,6 @@ async def test_a_killed_service_restarts_and_loses_nothing(
     await until(lambda: not claims_of(status(stack), scenario.uids["whole-b"]),
                 "whole-b's claim released after the restarts", DEADLINE)
     scenario.uids["whole-d"], _ = await admit(kube, stack, "whole-d", WHOLE)
-
-
-def spans(stack: Compose) -> list[dict[str, Any]]:
-    path = stack.otlp_out / "spans.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def traces_with(received: list[dict[str, Any]], match: Callable[[dict[str, Any]], bool],
-                ) -> dict[str, list[dict[str, Any]]]:
-    """The traces (id -> spans) that hold a span matching `match`."""
-    ids = {s["trace_id"] for s in received if match(s)}
-    return {tid: [s for s in received if s["trace_id"] == tid] for tid in ids}
-
-
-def connected(trace: list[dict[str, Any]]) -> bool:
-    ids = {s["span_id"] for s in trace}
-    return len([s for s in trace if s["parent_id"] not in ids]) == 1
-
-
-def services_in(trace: list[dict[str, Any]]) -> set[str]:
-    return {s["service"] for s in trace}
-
-
-async def test_one_trace_per_allocate_and_per_reclaim_with_the_four_services(
-    stack: Compose, scenario: Scenario
-) -> None:
-    def allocate(uid: str) -> Callable[[dict[str, Any]], bool]:
-        return lambda s: s["name"] == "claim" and s["attributes"].get("pk.pod_uid") == uid
-
-    def reclaim(uid: str) -> Callable[[dict[str, Any]], bool]:
-        return lambda s: (s["name"] == "watcher PodGone"
-                          and s["attributes"].get("pk.pod_uid") == uid)
-
-    wanted = [(allocate(scenario.uids[n]), {"partkeeper-allocator", "partkeeper-watcher"})
-              for n in scenario.uids]
-    wanted += [(reclaim(scenario.uids[n]), {"partkeeper-watcher", "partkeeper-reclaimer"})
-               for n in scenario.deleted]
-    found: dict[int, list[dict[str, Any]]] = {}
-
-    def arrived() -> bool:
-        received = spans(stack)
-        for i, (match, services) in enumerate(wanted):
-            traces = traces_with(received, match)
-            if len(traces) == 1:
-                [trace] = traces.values()
-                if services <= services_in(trace) and connected(trace):
-                    found[i] = trace
-        return len(found) == len(wanted)
-
-    await until(arrived, "one connected trace per Allocate and per reclaim", DEADLINE)
-    for match, _ in wanted:
-        assert len(traces_with(spans(stack), match)) == 1, "one trace each, not more"
-    seen = set().union(*(services_in(t) for t in found.values()))
-    assert seen >= SERVICE_NAMES, f"spans from {sorted(seen)}"
 
 
 def test_down_leaves_no_container_running(stack: Compose) -> None:
