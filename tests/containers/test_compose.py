@@ -80,14 +80,18 @@ def admin_credentials() -> tuple[str, str]:
     return found.group(1), found.group(2)
 
 
-def status(compose: Compose) -> dict[str, Any]:
-    """`partkeeper status --json` from the host, against the published NATS port."""
+def host_status(compose: Compose, *args: str) -> subprocess.CompletedProcess[str]:
+    """`partkeeper status` run on the host, against the published NATS port, as an operator."""
     user, password = admin_credentials()
     env = {"NATS_URL": f"nats://127.0.0.1:{published(compose, 'nats', 4222)}",
            "NATS_USER": user, "NATS_PASSWORD": password, "PK_NODE_NAME": NODE,
            "PATH": str(Path(sys.executable).parent)}
-    result = subprocess.run(["partkeeper", "status", "--json"], capture_output=True, text=True,
-                            env=env, timeout=60)
+    return subprocess.run(["partkeeper", "status", *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def status(compose: Compose) -> dict[str, Any]:
+    result = host_status(compose, "--json")
     assert result.returncode == 0, result.stderr
     return dict(json.loads(result.stdout))
 
@@ -317,12 +321,7 @@ async def test_one_trace_per_allocate_and_per_reclaim_with_the_four_services(
 
 
 def test_status_works_from_the_host(stack: Compose, scenario: Scenario) -> None:
-    user, password = admin_credentials()
-    env = {"NATS_URL": f"nats://127.0.0.1:{published(stack, 'nats', 4222)}",
-           "NATS_USER": user, "NATS_PASSWORD": password, "PK_NODE_NAME": NODE,
-           "PATH": str(Path(sys.executable).parent)}
-    result = subprocess.run(["partkeeper", "status"], capture_output=True, text=True, env=env,
-                            timeout=60)
+    result = host_status(stack)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"node {NODE}\n")
     for name in ("whole-b", "whole-c"):
