@@ -333,7 +333,7 @@ async def test_a_killed_service_restarts_and_loses_nothing(
 ) -> None:
     """Each crashes (SIGKILL to its process from outside, as the kernel's OOM killer ends one):
     compose's restart policy starts it again, and the claims and partitions are as they were.
-    (`podman kill`, like `docker kill`, counts as stopped by the user: no restart.)"""
+    (`podman kill` counts as stopped by the user: no restart.)"""
     before = status(stack)
     for service in ("allocator", "reclaimer"):
         found = stack.inspect(service)
