@@ -22,8 +22,10 @@ LABEL org.opencontainers.image.title="partkeeper" \
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 COPY --from=build /install /usr/local
-# The default user; the DaemonSet sets each container's own (deploy/base/daemonset.yaml).
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin partkeeper
-USER 10001
+# The default user and group, those the manifests run the watcher and provisioning as (UID and
+# GID 10001); the DaemonSet sets each container's own (deploy/base/daemonset.yaml).
+RUN groupadd --system --gid 10001 partkeeper \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin partkeeper
+USER 10001:10001
 ENTRYPOINT ["partkeeper"]
 CMD ["--help"]

@@ -10,6 +10,9 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
 EXTRAS ?=
 IMAGE ?= partkeeper:$(VERSION)$(if $(EXTRAS),-$(EXTRAS))
+# Extra flags for the engine's build, e.g. BUILD_FLAGS='--ulimit nofile=4096:4096' where the
+# engine's default limits cannot be set (tests/tests_support/containers.py).
+BUILD_FLAGS ?=
 
 .PHONY: demo test lint typecheck bench image clean
 
@@ -49,7 +52,7 @@ image:
 	  echo "make image: $(ENGINE) is installed but its daemon does not answer" \
 	       "($(ENGINE) info failed); start it, or use ENGINE=podman (daemonless)" >&2; \
 	  exit 2; fi
-	"$(ENGINE)" build --build-arg EXTRAS=$(EXTRAS) --build-arg VERSION=$(VERSION) \
+	"$(ENGINE)" build $(BUILD_FLAGS) --build-arg EXTRAS=$(EXTRAS) --build-arg VERSION=$(VERSION) \
 	  -t $(IMAGE) -f Dockerfile .
 
 clean:

@@ -76,6 +76,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     External("DRA latency", "bench.dra_latency", ("--cycles", "100")),
     External("NVML calls", "bench.nvml_calls", ("--rounds", "200", "--busy", "6")),
     External("fuzzing at volume", "bench.fuzz", ("--inputs", "100000")),
+    # Needs podman and the base image of tests/containers/setup.sh; says so and measures nothing
+    # without them.
+    External("image", "bench.image", ("--runs", "5")),
 )
 
 

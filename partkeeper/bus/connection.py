@@ -31,8 +31,15 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
     async def on_error(exc: Exception) -> None:
         log.warning("nats connection error: %s", exc)
 
+    opened: list[Client] = []
+
     async def on_disconnect() -> None:
         metrics.NATS_CONNECTIONS.set(0)
+        # nats-py calls this on a close we asked for too (provisioning's connection ends so):
+        # only a lost connection is a fault worth a warning.
+        if opened and opened[0].is_closed:
+            log.debug("nats connection closed")
+            return
         log.warning("nats disconnected; reconnecting")
 
     async def on_reconnect() -> None:
@@ -58,6 +65,7 @@ async def connect(config: Config, name: str, *, connect_timeout: float = 2.0) ->
         "reconnected_cb": on_reconnect,
     }
     nc = await nats.connect(**options, **credentials(config))
+    opened.append(nc)
     metrics.NATS_CONNECTIONS.set(1)
     return nc
 

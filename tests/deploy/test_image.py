@@ -2,7 +2,8 @@
 nothing of the simulator's; the Dockerfile lints clean; `make image` says what is missing when
 it cannot build.
 
-No image is built here (no container daemon, and base images cannot be pulled); instead each
+No image is built here (`make test` needs no container engine; tests/containers/test_image.py
+builds the image with podman and runs it, outside `make test`); instead each
 service and the operator's commands are imported and started in a Python that cannot import the
 simulator (partkeeper-sim, ./sim) or its dependencies, which is what the image without EXTRAS=sim
 has (tests/deploy/test_packaging.py runs the node agent without the simulator installed).

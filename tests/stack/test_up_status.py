@@ -3,6 +3,8 @@ hardware, and SIGTERM stops every process the stack started."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,6 +102,12 @@ def test_status_matches_the_simulated_hardware(up: Up) -> None:
     by_index = {card["index"]: card for card in status["cards"]}
     assert by_index[1]["free"]["3g.40gb"] == 1  # the carved one is counted occupied
     assert [c["mode"] for c in status["cards"]] == ["partition", "partition", "sliced"]
+
+    # the env file `up` suggests sourcing finds this `partkeeper` with no venv active
+    found = subprocess.run(["bash", "-c", f". {up.workdir / 'env'} && command -v partkeeper"],
+                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                           timeout=30)
+    assert found.stdout.strip() == str(Path(sys.executable).parent / "partkeeper"), found
 
     assert up.terminate() == 0, up.output()
     assert_nothing_left(up.workdir)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
@@ -87,8 +88,9 @@ class Up:
         """The variables `up` wrote to DIR/env for other shells."""
         found = {}
         for line in (self.workdir / "env").read_text().splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            found[name] = value.strip("'")
+            [assignment] = shlex.split(line.removeprefix("export "))
+            name, _, value = assignment.partition("=")
+            found[name] = os.path.expandvars(value)  # PATH's line keeps "$PATH" for the shell
         return found
 
 

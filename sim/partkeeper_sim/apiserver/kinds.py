@@ -14,6 +14,7 @@ from typing import Any
 
 from . import resource
 from .clone import clone
+from .discovery import VERSION
 from .errors import Invalid
 
 # Metadata the server owns: no create body or update may set these.
@@ -84,7 +85,7 @@ _NODE_INFO = {
     "containerRuntimeVersion": "sim://1.0",
     "kernelVersion": "6.0.0-sim",
     "kubeProxyVersion": "",
-    "kubeletVersion": "v1.30.0-sim",
+    "kubeletVersion": VERSION["gitVersion"],  # one release for the node and the server
     "operatingSystem": "linux",
     "osImage": "partkeeper simulated node",
 }

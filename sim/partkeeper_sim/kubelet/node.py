@@ -32,11 +32,14 @@ from urllib3.exceptions import HTTPError
 
 from partkeeper import backoff
 from partkeeper.lifecycle import cancel_all
+from partkeeper_sim.apiserver.discovery import VERSION
 from partkeeper_sim.kubelet.cluster import MERGE_PATCH, REQUEST_TIMEOUT
 
 log = logging.getLogger(__name__)
 
-KUBELET_VERSION = "v1.30.0-partkeeper-sim"
+# The release the simulated API server claims (apiserver/discovery.py): one version for the node
+# and the control plane, the one DRA mode needs (resource.k8s.io/v1, 1.35).
+KUBELET_VERSION = VERSION["gitVersion"]
 HEALTHY = "Healthy"
 # What a small node offers besides the device plugins' resources.
 MACHINE = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import sysconfig
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -200,7 +201,7 @@ async def launch(
         raise
     admin = {"NATS_USER": credentials[0], "NATS_PASSWORD": credentials[1]} if credentials else {}
     stack = Stack(layout, NODE, nats_url, str(cluster["api"]), config, nc, envs, admin)
-    write_env(layout.env_file, stack.shell_env())
+    write_env(layout.env_file, stack.shell_env(), path_first=Path(sysconfig.get_path("scripts")))
     return stack
 
 

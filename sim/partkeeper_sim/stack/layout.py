@@ -83,8 +83,13 @@ def write_json(path: Path, content: Any) -> None:
         raise
 
 
-def write_env(path: Path, variables: dict[str, str]) -> None:
+def write_env(path: Path, variables: dict[str, str], *, path_first: Path | None = None) -> None:
+    """The file another shell sources (`. DIR/env`); `path_first`, the directory of the running
+    `partkeeper` command, goes first on PATH, so that `partkeeper status` there is this one
+    whether or not its virtual environment is active."""
     lines = [f"export {name}={_quote(value)}" for name, value in variables.items()]
+    if path_first is not None:
+        lines.append(f'export PATH={_quote(str(path_first))}:"$PATH"')
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)  # it carries the embedded server's admin password
 
