@@ -57,23 +57,26 @@ async def test_the_container_starts_with_the_capability_nodes_made(
         assert all(d.host_path.startswith(str(host)) for d in response.devices)
 
 
-async def test_names_without_nodes_fail_the_container_as_containerd_does(
+async def test_a_maker_that_leaves_no_device_node_refuses_the_allocate(
     nc, js, node: str, fake_nvml: FakeNvml, host: Path, tmp_path: Path
 ) -> None:
-    """The runtime's side of the bug: a reply naming capability paths that are no device nodes
-    (here a maker that leaves a plain file, as a bind-mount target would) gets the Pod
-    CreateContainerError from the runtime, not Running."""
+    """A maker that leaves a plain file where the node belongs (as a bind-mount target would):
+    the allocator checks what it made (fstat through an O_NOFOLLOW descriptor) and refuses the
+    Allocate naming the path, so the reply never names a path that is no device node and the Pod
+    fails at admission, before the runtime would fail its container (CreateContainerError)."""
     def plain_file(path: str, mode: int, device: int) -> None:
         Path(path).touch()
 
     driver = _driver(fake_nvml, host, tmp_path / "proc", make_node=plain_file)
     async with node_stack(nc, node, driver=driver) as n:
         uid = await n.add_pod("a", {"main": {RESOURCE: 1}})
-        await n.phase(uid, "Pending")
+        await n.phase(uid, "Failed")
+        message = n.report(uid)
+        assert UNEXPECTED_ADMISSION_ERROR in message
+        assert "/dev/nvidia-caps/nvidia-cap" in message
+        assert "not the device node" in message
         report = n.source.last_report(uid)
-        assert report is not None and report.reason == CREATE_CONTAINER_ERROR
-        assert "device /dev/nvidia-caps/nvidia-cap" in report.message
-        assert report.message.endswith("not a device node")
+        assert report is None or report.reason != CREATE_CONTAINER_ERROR
 
 
 async def test_a_node_that_cannot_be_made_refuses_the_allocate(
