@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from partkeeper.devices import DeviceNode
+from partkeeper.drivers.cardhealth import EventSource
 from partkeeper.errors import StartupError
 
 Mode = Literal["partition", "sliced"]
@@ -260,4 +261,9 @@ class Driver(Protocol):
     def remove_leftover(self, record: str) -> None:
         """Remove one record `leftovers` reported. Raises OSError, or ValueError for a record
         that is no leftover of this driver."""
+        ...
+
+    def events(self) -> EventSource | None:
+        """A new source of card events (partkeeper/drivers/cardhealth.py), or None for a driver
+        with no event source. Raises ReadError when the library refuses to open one."""
         ...

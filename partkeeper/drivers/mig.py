@@ -32,6 +32,7 @@ from partkeeper.drivers.base import (
     UnknownError,
     identity_mismatch,
 )
+from partkeeper.drivers.cardhealth import EventSource
 
 Placements = tuple[tuple[int, int], ...]
 
@@ -185,6 +186,11 @@ class Binding(Protocol):
     def remove_leftover(self, record: str) -> None:
         raise ValueError(f"{record} is no leftover of the {self.library} driver")
 
+    def events(self) -> EventSource | None:
+        """The library's card events (critical errors, a lost card); None where the library
+        has no event source (docs/drivers.md, "Card health")."""
+        return None
+
     def close(self) -> None:
         return None
 
@@ -205,6 +211,9 @@ class MigDriver:
 
     def close(self) -> None:
         self._b.close()
+
+    def events(self) -> EventSource | None:
+        return self._b.events()
 
     # -- static card facts --------------------------------------------------------------------
 

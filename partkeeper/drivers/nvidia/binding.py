@@ -43,6 +43,7 @@ from partkeeper.drivers.base import (
     slot_identity,
 )
 from partkeeper.drivers.nvidia import tables
+from partkeeper.drivers.nvidia.events import NvmlEvents
 from partkeeper.drivers.nvidia.tables import model_for
 
 __all__ = ["NvmlDriver", "model_for"]
@@ -80,6 +81,9 @@ class NvmlBinding(mig.Binding):
 
     def close(self) -> None:
         self.read("close", None, "shutting NVML down", self.nv.nvmlShutdown)
+
+    def events(self) -> NvmlEvents:
+        return NvmlEvents(self.nv, self.count())
 
     # -- NVML calls with their errors mapped --------------------------------------------------
 
