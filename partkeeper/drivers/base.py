@@ -186,6 +186,14 @@ class ReadError(DriverError):
     kind = "read_failed"
 
 
+class CardLostError(ReadError):
+    """The card stopped answering (NVML_ERROR_GPU_IS_LOST: fallen off the bus): every call on it
+    fails until it is reset. A read error, so absence means nothing, and the reclaimer can tell a
+    lost card from a failed call (docs/drivers.md, "Card health")."""
+
+    kind = "card_lost"
+
+
 class PlacementError(DriverError):
     """The requested placement is illegal for the profile or overlaps an existing instance."""
 

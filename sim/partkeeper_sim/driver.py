@@ -27,6 +27,7 @@ import msgspec
 from partkeeper.drivers import mig, profiles
 from partkeeper.drivers.base import (
     Card,
+    CardLostError,
     ContainerEdits,
     DriverError,
     IdentityMismatchError,
@@ -193,8 +194,7 @@ class SimDriver:
             state = self._read(op)
             if where[0] is not None and where[0] in state.lost:
                 # As NVML answers for a card fallen off the bus (NVML_ERROR_GPU_IS_LOST).
-                kind = ReadError if op in ("list", "busy") else UnknownError
-                raise kind(op, where[0], where[1], "GPU is lost")
+                raise CardLostError(op, where[0], where[1], "GPU is lost")
             if latency is not None and (ms := state.latency_ms.get(latency, 0)):
                 raise _Slow(ms / 1000.0)
             taken = _take_fault(state, fault, op, where) if fault is not None else None

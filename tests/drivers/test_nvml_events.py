@@ -8,6 +8,7 @@ import pytest
 from fakes import nvml as nv
 from fakes.nvml import FakeNvml
 
+from partkeeper.drivers.base import CardLostError, InstanceSpec
 from partkeeper.drivers.cardhealth import (
     NO_INSTANCE,
     CardEvent,
@@ -111,10 +112,15 @@ def test_a_card_lost_before_the_set_opens_is_reported_first(no_complaints: FakeN
 def test_every_call_on_a_lost_card_says_so(no_complaints: FakeNvml) -> None:
     """What the reclaimer meets on a lost card: reads fail with NVML's GPU_IS_LOST."""
     driver = NvmlDriver()
+    made = driver.create(InstanceSpec(H100, "1g.10gb", 0))
     no_complaints.set_lost(H100)
-    with pytest.raises(Exception, match="GPU is lost"):
-        driver.instances(H100)
+    for call in (lambda: driver.instances(H100), lambda: driver.destroy(made),
+                 lambda: driver.create(InstanceSpec(H100, "1g.10gb", 1))):
+        with pytest.raises(CardLostError, match="GPU is lost"):
+            call()
     assert driver.instances(A100) == []
+    no_complaints.set_lost(H100, False)
+    assert [i.uuid for i in driver.instances(H100)] == [made.uuid]
     driver.close()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partkeeper.drivers.base import DriverError, InstanceSpec
+from partkeeper.drivers.base import CardLostError, InstanceSpec
 from partkeeper.drivers.cardhealth import EventKind, Scope, classify, policy
 from partkeeper_sim.driver import SimDriver
 
@@ -101,7 +101,7 @@ def test_every_call_on_a_lost_card_fails_as_nvml_answers(sim_path: Path) -> None
     for call in (lambda: driver.instances(0), lambda: driver.is_busy(made),
                  lambda: driver.destroy(made),
                  lambda: driver.create(InstanceSpec(0, "1g.10gb", 1))):
-        with pytest.raises(DriverError, match="GPU is lost"):
+        with pytest.raises(CardLostError, match="GPU is lost"):
             call()
     assert driver.instances(1) == []  # the other cards answer
     driver.recover_card(0)
