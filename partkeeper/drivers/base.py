@@ -194,6 +194,13 @@ class CardLostError(ReadError):
     kind = "card_lost"
 
 
+def lost_card(index: int, exc: CardLostError) -> Card:
+    """How an enumeration lists a card that stopped answering: still there (its index holds
+    claims and partitions the reclaimer must resolve), in partition mode so that it is asked, and
+    with a problem, so that nothing is offered on it. What it was cannot be read any more."""
+    return Card(index, "", "", "partition", 0, None, f"lost: {exc.cause}")
+
+
 class PlacementError(DriverError):
     """The requested placement is illegal for the profile or overlaps an existing instance."""
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import (
     Card,
+    CardLostError,
     ContainerEdits,
     DriverError,
     Instance,
@@ -31,6 +32,7 @@ from partkeeper.drivers.base import (
     ReadError,
     UnknownError,
     identity_mismatch,
+    lost_card,
 )
 from partkeeper.drivers.cardhealth import EventSource
 
@@ -234,7 +236,13 @@ class MigDriver:
     # -- enumeration --------------------------------------------------------------------------
 
     def cards(self) -> list[Card]:
-        return [self._card(index) for index in range(self._b.count())]
+        return [self._card_or_lost(index) for index in range(self._b.count())]
+
+    def _card_or_lost(self, index: int) -> Card:
+        try:
+            return self._card(index)
+        except CardLostError as exc:
+            return lost_card(index, exc)
 
     def _card(self, index: int) -> Card:
         dev = self._b.device("list", index)

@@ -41,6 +41,7 @@ from partkeeper.drivers.base import (
     UnknownError,
     identity_mismatch,
     issued_identity,
+    lost_card,
     nvidia_card_edits,
     nvidia_edits,
     slot_identity,
@@ -218,7 +219,9 @@ class SimDriver:
         def read(state: SimState) -> list[Card]:
             self._remember(state)
             return [
-                Card(c.index, c.uuid, c.model, c.mode, profiles.model(c.model).memory_mib)
+                lost_card(c.index, CardLostError("list", c.index, None, "GPU is lost"))
+                if c.index in state.lost
+                else Card(c.index, c.uuid, c.model, c.mode, profiles.model(c.model).memory_mib)
                 for c in state.cards
             ]
 

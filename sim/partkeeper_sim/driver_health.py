@@ -48,9 +48,15 @@ def report(state: SimState, card: int, xid: int, instance: str | None) -> CardRe
 
 
 def recover(state: SimState, card: int) -> CardReport:
-    """The card was reset: it answers again and reports itself recovered."""
+    """The card was reset: it answers again and reports itself recovered. A lost card comes
+    back without its partitions, as a real one does (a GPU reset or reboot clears its GPU and
+    compute instances; the MIG mode stays): the reclaimer removed their claims while the card
+    was lost, and nothing is left on it to look foreign. A card that failed but kept answering
+    keeps its partitions: their claims still stand."""
     if not 0 <= card < len(state.cards):
         raise ValueError(f"there is no card {card} (the node has {len(state.cards)})")
+    if card in state.lost:
+        state.cards[card].instances = []
     seq = (state.reports[-1].seq if state.reports else 0) + 1
     entry = CardReport(seq, card, "recovered")
     state.reports = [*state.reports, entry][-MAX_CARD_REPORTS:]

@@ -119,6 +119,8 @@ def test_every_call_on_a_lost_card_says_so(no_complaints: FakeNvml) -> None:
         with pytest.raises(CardLostError, match="GPU is lost"):
             call()
     assert driver.instances(A100) == []
+    listed = driver.cards()
+    assert listed[H100].problem.startswith("lost: ") and listed[A100].problem == ""
     no_complaints.set_lost(H100, False)
     assert [i.uuid for i in driver.instances(H100)] == [made.uuid]
     driver.close()

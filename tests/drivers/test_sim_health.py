@@ -105,4 +105,22 @@ def test_every_call_on_a_lost_card_fails_as_nvml_answers(sim_path: Path) -> None
             call()
     assert driver.instances(1) == []  # the other cards answer
     driver.recover_card(0)
-    assert [i.uuid for i in driver.instances(0)] == [made.uuid]  # nothing destroyed meanwhile
+    assert driver.instances(0) == []  # a reset clears a card's partitions
+
+
+def test_a_failed_card_that_answers_keeps_its_partitions_through_recovery(sim_path: Path) -> None:
+    driver = SimDriver(sim_path)
+    made = driver.create(InstanceSpec(0, "1g.10gb", 0))
+    driver.fail_card(0, 48)
+    assert [i.uuid for i in driver.instances(0)] == [made.uuid]
+    driver.recover_card(0)
+    assert [i.uuid for i in driver.instances(0)] == [made.uuid]
+
+
+def test_a_lost_card_stays_listed_with_a_problem(sim_path: Path) -> None:
+    driver = SimDriver(sim_path)
+    driver.fail_card(1, 79)
+    cards = driver.cards()
+    assert [c.index for c in cards] == [0, 1, 2, 3]
+    assert cards[1].problem == "lost: GPU is lost" and cards[1].mode == "partition"
+    assert cards[0].problem == ""
