@@ -51,12 +51,19 @@ class CardWatch:
         self._rules = rules
         self._on_change = on_change
         self.health = CardHealth()
+        # Set once the first open has been tried: when it succeeded, events raised from then on
+        # are seen. The owner waits for it before it says it is ready; a source that cannot be
+        # opened is retried with backoff and holds nothing up.
+        self.opened = asyncio.Event()
 
     async def run(self) -> None:
         await backoff.keep_following("reading card events", self._follow)
 
     async def _follow(self) -> None:
-        source = await asyncio.to_thread(self._open)
+        try:
+            source = await asyncio.to_thread(self._open)
+        finally:
+            self.opened.set()
         if source is None:
             log.info("the driver reports no card events; card health is not watched")
             await asyncio.Event().wait()  # until cancelled: nothing to read, nothing to retry

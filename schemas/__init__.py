@@ -9,6 +9,7 @@ from schemas.codec import SchemaError, decode, decode_request, encode
 from schemas.documents import CardClaims, Claim, LiveInstance, NodeCapacity, PodRecord
 from schemas.events import (
     AllocateRefused,
+    CardUnhealthy,
     ClaimChanged,
     DestroyFailed,
     ForeignFound,
@@ -37,6 +38,7 @@ from schemas.rpc import (
 
 __all__ = [
     "AllocateRefused",
+    "CardUnhealthy",
     "CardClaims",
     "Claim",
     "ClaimChanged",

@@ -112,6 +112,26 @@ class AllocateRefused(_PartitionEventBase, frozen=True, tag="AllocateRefused"):
     name: str = ""
 
 
+class CardUnhealthy(_PartitionEventBase, frozen=True, tag="CardUnhealthy"):
+    """A Pod's partition is on a card that failed (or is itself the partition that failed):
+    published by the allocator on its node-wide subject, one per Pod, and recorded by the watcher
+    as a `PartitionCardUnhealthy` Warning Event. Added within version 1: a reader that predates
+    it refuses the unknown type and dead-letters the entry, changing nothing (docs/contract.md).
+    """
+
+    card: int
+    cause: str  # the metric label: `xid-48`, `ecc`, `lost`
+    meaning: str  # what the fault means, in a sentence
+    claim_id: str
+    pod_uid: str
+    namespace: str
+    name: str
+    xid: int = 0  # 0 when the fault was not an XID (an ECC error)
+    scope: Literal["card", "instance"] = "card"
+    instance_uuid: str = ""
+
+
 PartitionEvent = (
     ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected | AllocateRefused
+    | CardUnhealthy
 )
