@@ -38,8 +38,8 @@ from schemas.rpc import (
 
 __all__ = [
     "AllocateRefused",
-    "CardUnhealthy",
     "CardClaims",
+    "CardUnhealthy",
     "Claim",
     "ClaimChanged",
     "ClaimsQuery",

@@ -13,10 +13,10 @@ A removal without an instance is not a reclaim: it is the allocator undoing a cl
 activated (or a crash before anything was created), so the Pod never held that partition.
 
 Who may say it: an entry becomes an Event only from the subject of the service that publishes
-that kind (`scope_of`): `AllocateRefused` and `CardUnhealthy` on the node scope, which only the allocator may
-publish (the GC has its own subject, the reclaimer is denied it), claim transitions and
-destroy failures on their own card's subject. And only about a Pod the watcher's own view holds
-on this node (recorder.py).
+that kind (`scope_of`): `AllocateRefused` and `CardUnhealthy` on the node scope, which only the
+allocator may publish (the GC has its own subject, the reclaimer is denied it), claim
+transitions and destroy failures on their own card's subject. And only about a Pod the watcher's
+own view holds on this node (recorder.py).
 
 The Event's name is derived from the fact it records, not from the delivery, so the same audit
 entry delivered or published twice names the same Event and the second create is refused by

@@ -70,7 +70,7 @@ async def test_a_fatal_xid_takes_the_card_out_and_tells_its_pods(nc, js, node) -
         assert n.devices(R1)[claim_a.device_ids[0]] != "Healthy"
         await n.wait_healthy(R7, 1)
         await until(lambda: failed_gauge(0, "xid-48") == 1, "the card's failure is a metric")
-        b, claim_b = await running(n, "b")
+        _, claim_b = await running(n, "b")
         assert claim_b.card == 1  # never on the failed card, though card 0 is the fuller one
         await unchanged(n, [claim_a, claim_b])
 
@@ -86,14 +86,14 @@ async def test_a_fatal_xid_takes_the_card_out_and_tells_its_pods(nc, js, node) -
 async def test_an_instance_xid_fails_only_its_partition(nc, js, node) -> None:
     async with node_stack(nc, node) as n:
         a, claim_a = await running(n, "a")
-        b, claim_b = await running(n, "b")
+        _, claim_b = await running(n, "b")
         assert claim_a.instance is not None
         n.sim.fail_card(0, 94, claim_a.instance.uuid)
         # a's token Unhealthy; b's still Healthy, and the card keeps placing: 5 free + b.
         await n.wait_healthy(R1, 6)
         assert n.devices(R1)[claim_a.device_ids[0]] != "Healthy"
         assert n.devices(R1)[claim_b.device_ids[0]] == "Healthy"
-        c, claim_c = await running(n, "c")
+        _, claim_c = await running(n, "c")
         assert claim_c.card == 0
         await until(lambda: told(js, node), "an entry is published")
         assert [e.pod_uid for e in await told(js, node)] == [a]
@@ -102,7 +102,7 @@ async def test_an_instance_xid_fails_only_its_partition(nc, js, node) -> None:
 
 async def test_application_xids_change_nothing(nc, js, node) -> None:
     async with node_stack(nc, node) as n:
-        a, claim_a = await running(n, "a")
+        _, claim_a = await running(n, "a")
         for xid in (13, 31, 43, 45, 68, 109):
             n.sim.fail_card(0, xid)
         await until(lambda: (REGISTRY.get_sample_value(

@@ -19,8 +19,8 @@ from partkeeper.errors import StartupError
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
 from services.allocator.core import claims_service
-from services.allocator.core.health import Health
 from services.allocator.core.context import Context
+from services.allocator.core.health import Health
 from services.allocator.core.recompute import Board, Recompute, watch_claims
 
 
