@@ -16,9 +16,10 @@ is not offered at all: the scheduler never sees room the hardware lacks. The fre
 failed card (a fatal XID, or lost: DESIGN.md, "Card health") carry the taint
 `partitions.partkeeper.io/unhealthy` with effect `NoSchedule` (its value the cause, `xid-48`,
 `lost`) on a server that takes device taints (`resource.k8s.io/v1`, stable in 1.37), so an
-operator sees them and the scheduler places nothing there; on an older server they are withdrawn. Every slice of the pool
-carries the same generation and `resourceSliceCount`; `generation` bumps it whenever the content
-changes, so a consumer never mixes slices of two generations.
+operator sees them and the scheduler places nothing there; on an older server they are
+withdrawn. Every slice of the pool carries the same generation and `resourceSliceCount`;
+`generation` bumps it whenever the content changes, so a consumer never mixes slices of two
+generations.
 """
 
 from __future__ import annotations
