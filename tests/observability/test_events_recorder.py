@@ -30,7 +30,7 @@ from schemas.names import (
 )
 from services.watcher.recorder import SERVICE
 from tests_support import until
-from tests_support.entries import MIG, claim, destroy_failed, refused
+from tests_support.entries import MIG, card_unhealthy, claim, destroy_failed, refused
 from tests_support.kubeclient import pod_manifest
 from tests_support.observability import DEADLINE, acknowledged
 from tests_support.watcher import EVENTS_FAST, log_lines
@@ -250,3 +250,21 @@ async def test_no_event_on_a_pod_of_another_node_nor_from_another_services_subje
     assert ours(apiserver, theirs) == []
     assert [e["reason"] for e in ours(apiserver, uid)] == ["AllocateRefused"]
     assert len(apiserver.events()) == 1
+
+
+async def test_a_failed_card_becomes_a_warning_on_its_pod_from_the_allocators_subject_only(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    """CardUnhealthy is the allocator's (its node-wide subject); the same entry on a card's
+    subject, which the reclaimer may publish on, records nothing."""
+    await start_watcher(EVENTS_FAST)
+    uid = await held(apiserver, js, node)
+    forged = msgspec.structs.replace(card_unhealthy(pod_uid=uid), node=node, at=time.time())
+    await publish(js, parts_subject(node, 1), forged, msg_id=f"forged/{uuid.uuid4().hex}")
+    entry = msgspec.structs.replace(card_unhealthy(pod_uid=uid), node=node, at=time.time())
+    ack = await publish(js, parts_subject(node, None), entry, msg_id=f"real/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    [event] = ours(apiserver, uid)
+    assert (event["reason"], event["type"]) == ("PartitionCardUnhealthy", "Warning")
+    assert "Card 1" in event["message"] and "XID 48" in event["message"]
+    assert "double-bit ECC" in event["message"]
