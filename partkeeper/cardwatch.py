@@ -68,11 +68,21 @@ class CardWatch:
             log.info("the driver reports no card events; card health is not watched")
             await asyncio.Event().wait()  # until cancelled: nothing to read, nothing to retry
             return
+        waiting: asyncio.Future[list[CardEvent]] | None = None
         try:
             while True:
-                for event in await asyncio.to_thread(source.wait, WAIT_SECONDS):
+                waiting = asyncio.ensure_future(asyncio.to_thread(source.wait, WAIT_SECONDS))
+                for event in await asyncio.shield(waiting):
                     await self.take(event)
         finally:
+            # A cancelled await leaves the worker thread inside the library's wait: freeing the
+            # event set under it is what NVML forbids (the fake NVML reports it), so the close
+            # waits for that wait to return, at most WAIT_SECONDS.
+            while waiting is not None and not waiting.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([waiting])
+            if waiting is not None and not waiting.cancelled():
+                waiting.exception()  # retrieved: a failed wait during the stop is not news
             with contextlib.suppress(Exception):  # closing a broken source: nothing to keep
                 source.close()
 
