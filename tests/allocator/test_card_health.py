@@ -134,3 +134,16 @@ async def test_a_lost_card_is_left_out_and_offered_again_once_recovered(nc, js, 
         # until the reclaimer removes it, so 6 of card 0's room counts, plus card 1's 6.
         await n.wait_healthy(R1, 1 + 1 + 6 + 6)
         await until(lambda: failed_gauge(0, "lost") == 0, "the gauge is back to 0")
+
+
+def test_status_names_a_failed_card_and_a_failed_partition() -> None:
+    from partkeeper.status import health_lines
+
+    lost = {"health": "lost", "cause": "lost", "meaning": "the card stopped answering",
+            "failed_instances": []}
+    assert health_lines(lost) == [
+        "  LOST: lost (the card stopped answering); nothing new is placed on it"]
+    one = {"health": "ok", "failed_instances": ["MIG-1"]}
+    assert health_lines(one) == [
+        "  FAILED partition MIG-1: its Pod was told; the card keeps serving"]
+    assert health_lines({"health": "ok"}) == []
