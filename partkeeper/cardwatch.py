@@ -4,7 +4,8 @@ It reads the driver's event source in a worker thread (NVML's wait blocks in C),
 event with the operator's XID switches, folds the faults into the node's `CardHealth` and hands
 every change to its owner (`on_change`), which stops offering what failed and tells the Pods on
 it. Every event is counted (`partkeeper_card_events_total{card,cause}`) and logged with what the
-driver said; a failed card shows as `partkeeper_card_failed{card,cause}` 1 until it recovers.
+driver said; a failed card shows as `partkeeper_card_failed_devices{card,cause}` 1 until it
+recovers.
 
 A source that cannot be read any more is opened again with the project's backoff; events raised
 while it was closed are missed, as they are by NVIDIA's device plugin, and a card lost meanwhile is

@@ -52,7 +52,8 @@ CARD_EVENTS = Counter(
     ["card", "cause"],
 )
 CARD_FAILED = Gauge(
-    "partkeeper_card_failed", "1 while a card is failed (taking no partitions), by its cause",
+    "partkeeper_card_failed_devices",
+    "1 while a card is failed (taking no partitions), by its cause",
     ["card", "cause"],
 )
 DESTROY_FAILURES = Counter(

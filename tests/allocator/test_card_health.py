@@ -20,7 +20,7 @@ TWO = ("H100-80GB", "H100-80GB")
 
 
 def failed_gauge(card: int, cause: str) -> float:
-    return REGISTRY.get_sample_value("partkeeper_card_failed",
+    return REGISTRY.get_sample_value("partkeeper_card_failed_devices",
                                      {"card": str(card), "cause": cause}) or 0.0
 
 

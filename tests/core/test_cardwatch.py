@@ -48,14 +48,14 @@ async def test_changes_reach_the_owner_and_the_metrics(tmp_path: Path) -> None:
         await until(lambda: len(told) == 2, "the lost card")
         assert told[1][0].cause == "lost"
         assert watch.health.failed_cards() == {1}
-        assert metric("partkeeper_card_failed", card="1", cause="lost") == 1
+        assert metric("partkeeper_card_failed_devices", card="1", cause="lost") == 1
 
         await asyncio.to_thread(driver.fail_card, 1, 48)  # already failed: no second change
         await asyncio.to_thread(driver.recover_card, 1)
         await until(lambda: len(told) == 3, "the recovery")
         assert told[2][0].scope is Scope.RECOVERED
         assert watch.health.failed_cards() == frozenset()
-        assert metric("partkeeper_card_failed", card="1", cause="lost") == 0
+        assert metric("partkeeper_card_failed_devices", card="1", cause="lost") == 0
         # Nothing was destroyed by any of it.
         assert [i.uuid for i in driver.instances(0)] == [made.uuid]
     finally:

@@ -24,7 +24,7 @@ def events(card: int, cause: str) -> float:
 
 
 def failed(card: int, cause: str) -> float:
-    return REGISTRY.get_sample_value("partkeeper_card_failed",
+    return REGISTRY.get_sample_value("partkeeper_card_failed_devices",
                                      {"card": str(card), "cause": cause}) or 0.0
 
 
