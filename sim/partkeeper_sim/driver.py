@@ -64,6 +64,7 @@ from partkeeper_sim.driver_state import (
     SimInstance,
     SimState,
     StateLock,
+    card_health,
     card_uuid,
     check_state,
     encode_state,
@@ -359,6 +360,11 @@ class SimDriver:
             return msgspec.to_builtins(driver_health.recover(state, card))
 
         return self._transact("recover", mutate)
+
+    def card_health(self, card: int) -> tuple[str, list[int]]:
+        """("ok" | "failed" | "lost", the fatal XIDs since the last recovery), as `sim list`
+        says them: `partkeeper probe` shows it for the sim's cards."""
+        return card_health(self._read("list"), card)
 
     def events(self) -> driver_health.SimEvents:
         return driver_health.SimEvents(self.path)
