@@ -70,22 +70,22 @@ class CardWatch:
             await asyncio.Event().wait()  # until cancelled: nothing to read, nothing to retry
             return
         waiting: asyncio.Future[list[CardEvent]] | None = None
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                waiting = asyncio.ensure_future(asyncio.to_thread(source.wait, WAIT_SECONDS))
+                # A plain executor future, not a task: nothing cancels it but its thread's end.
+                waiting = loop.run_in_executor(None, source.wait, WAIT_SECONDS)
                 for event in await asyncio.shield(waiting):
                     await self.take(event)
         finally:
             # A cancelled await leaves the worker thread inside the library's wait: freeing the
-            # event set under it is what NVML forbids (the fake NVML reports it), so the close
-            # waits for that wait to return, at most WAIT_SECONDS.
-            while waiting is not None and not waiting.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait([waiting])
-            if waiting is not None and not waiting.cancelled():
-                waiting.exception()  # retrieved: a failed wait during the stop is not news
-            with contextlib.suppress(Exception):  # closing a broken source: nothing to keep
-                source.close()
+            # event set under it is what NVML forbids (the fake NVML reports it). The source is
+            # closed once that wait returns, without holding up the stop (a service's stop
+            # cancels again after half a second, and a task slow to end would be cut short).
+            if waiting is not None and not waiting.done():
+                waiting.add_done_callback(lambda done: _close(source, done))
+            else:
+                _close(source, waiting)
 
     async def take(self, event: CardEvent) -> None:
         """Fold one event in; the owner hears of it when it changed what is failed."""
@@ -120,3 +120,10 @@ class CardWatch:
                 CARD_FAILED.labels(str(card), fault.cause).set(0)
         for card, fault in after.cards:
             CARD_FAILED.labels(str(card), fault.cause).set(1)
+
+
+def _close(source: EventSource, last: asyncio.Future[list[CardEvent]] | None) -> None:
+    if last is not None and not last.cancelled():
+        last.exception()  # retrieved: a wait that failed as the source closed is not news
+    with contextlib.suppress(Exception):  # closing a broken source: nothing to keep
+        source.close()
