@@ -9,6 +9,7 @@ from schemas.codec import SchemaError, decode, decode_request, encode
 from schemas.documents import CardClaims, Claim, LiveInstance, NodeCapacity, PodRecord
 from schemas.events import (
     AllocateRefused,
+    CardHealthChanged,
     CardUnhealthy,
     ClaimChanged,
     DestroyFailed,
@@ -39,6 +40,7 @@ from schemas.rpc import (
 __all__ = [
     "AllocateRefused",
     "CardClaims",
+    "CardHealthChanged",
     "CardUnhealthy",
     "Claim",
     "ClaimChanged",

@@ -131,7 +131,18 @@ class CardUnhealthy(_PartitionEventBase, frozen=True, tag="CardUnhealthy"):
     instance_uuid: str = ""
 
 
+class CardHealthChanged(_PartitionEventBase, frozen=True, tag="CardHealthChanged"):
+    """A card's health as the allocator's card watch folded it, on every change (its node-wide
+    subject): the watcher notes it on its Node (`partkeeper.io/card-<index>-health`). Added
+    within version 1, as CardUnhealthy."""
+
+    card: int
+    health: Literal["ok", "failed", "lost"]
+    cause: str = ""  # the metric label of the fault that failed it first ("" once ok)
+    meaning: str = ""
+
+
 PartitionEvent = (
     ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected | AllocateRefused
-    | CardUnhealthy
+    | CardUnhealthy | CardHealthChanged
 )

@@ -5,6 +5,7 @@ own view holds on this node, so each test's Pod is bound to the node and in the 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -17,7 +18,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from partkeeper.bus import publish
 from partkeeper_sim.apiserver import ApiServerThread
-from schemas import ForeignFound, PodRecord, decode
+from schemas import CardHealthChanged, ForeignFound, PodRecord, decode
 from schemas.names import (
     BUCKET_PODS,
     STREAM_DLQ,
@@ -28,6 +29,7 @@ from schemas.names import (
     parts_subject,
     pods_key,
 )
+from services.watcher.node_note import CARD_HEALTH
 from services.watcher.recorder import SERVICE
 from tests_support import until
 from tests_support.entries import MIG, card_unhealthy, claim, destroy_failed, refused
@@ -268,3 +270,28 @@ async def test_a_failed_card_becomes_a_warning_on_its_pod_from_the_allocators_su
     assert (event["reason"], event["type"]) == ("PartitionCardUnhealthy", "Warning")
     assert "Card 1" in event["message"] and "XID 48" in event["message"]
     assert "double-bit ECC" in event["message"]
+
+
+async def test_a_cards_health_is_noted_on_the_node_from_the_allocators_subject_only(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    await asyncio.to_thread(apiserver.add_node, node, {})
+    await start_watcher(EVENTS_FAST)
+    key = CARD_HEALTH.format(index=1)
+
+    def noted() -> str | None:
+        return (apiserver.get_node(node)["metadata"].get("annotations") or {}).get(key)
+
+    failed = CardHealthChanged(node=node, at=time.time(), card=1, health="failed",
+                               cause="xid-48", meaning="double-bit ECC error")
+    await publish(js, parts_subject(node, 1), failed, msg_id=f"forged/{uuid.uuid4().hex}")
+    ack = await publish(js, parts_subject(node, None), failed, msg_id=f"f/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    assert noted() == "failed: xid-48 (double-bit ECC error); takes no new partition"
+    ok = msgspec.structs.replace(failed, health="ok", cause="", meaning="", at=time.time())
+    ack = await publish(js, parts_subject(node, 1), ok, msg_id=f"forged/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    assert noted() is not None  # a card's subject may not clear it
+    ack = await publish(js, parts_subject(node, None), ok, msg_id=f"ok/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    assert noted() is None

@@ -35,6 +35,7 @@ from schemas import (
 )
 from schemas.events import (
     AllocateRefused,
+    CardHealthChanged,
     CardUnhealthy,
     ClaimChanged,
     DestroyFailed,
@@ -56,14 +57,14 @@ KINDS: dict[str, Any] = {
     "ReclaimNow": ReclaimNow, "ReclaimNowReply": ReclaimNowReply,
 }
 STRUCTS = (PodSeen, PodFinished, PodGone, ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
-           WorkdirCollected, AllocateRefused, CardUnhealthy, CardClaims, PodRecord, NodeCapacity,
-           PodsGet,
-           PodsGetReply, PendingPodsQuery, PendingPodsReply, ClaimsQuery, ClaimsReply, ReclaimNow,
+           WorkdirCollected, AllocateRefused, CardUnhealthy, CardHealthChanged, CardClaims,
+           PodRecord, NodeCapacity, PodsGet, PodsGetReply, PendingPodsQuery, PendingPodsReply, ClaimsQuery, ClaimsReply, ReclaimNow,
            ReclaimNowReply)
 # The union each event is decoded as (a union is a typing form, not a `type`: hence Any).
 UNION_OF: dict[type, Any] = {**dict.fromkeys((PodSeen, PodFinished, PodGone), PodEvent),
             **dict.fromkeys((ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
-                             WorkdirCollected, AllocateRefused, CardUnhealthy),
+                             WorkdirCollected, AllocateRefused, CardUnhealthy,
+                             CardHealthChanged),
                                             PartitionEvent)}
 TAGS = ["PodSeen", "PodFinished", "PodGone", "ClaimChanged", "CardUnhealthy", "CardClaims",
         "PodRecord",

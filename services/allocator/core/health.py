@@ -20,12 +20,13 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable
+from typing import Literal
 
 from partkeeper.bus import publish
 from partkeeper.cardwatch import CardWatch
 from partkeeper.claims import StoreReadError
 from partkeeper.drivers.cardhealth import CardEvent, CardHealth, EventSource, Fault, Scope
-from schemas import CardUnhealthy, Claim
+from schemas import CardHealthChanged, CardUnhealthy, Claim
 from schemas.names import parts_subject
 from services.allocator.core.context import Context
 
@@ -78,8 +79,26 @@ class Health:
         if fault.scope is Scope.RECOVERED:
             self.ctx.lost.discard(fault.card)
         self.ctx.changes.touch()  # the recompute pushes the new lists within its usual bound
+        if fault.scope in (Scope.CARD, Scope.RECOVERED):
+            await self._note(health, fault)
         if fault.scope in (Scope.CARD, Scope.INSTANCE):
             await self._tell(fault, event)
+
+    async def _note(self, health: CardHealth, fault: Fault) -> None:
+        """The card's new state, for the watcher's note on the Node."""
+        now = health.card_fault(fault.card)
+        state: Literal["ok", "failed", "lost"] = "ok"
+        if now is not None:
+            state = "lost" if now.cause == "lost" else "failed"
+        at = time.time()
+        message = CardHealthChanged(node=self.ctx.node, at=at, card=fault.card, health=state,
+                                    cause=now.cause if now else "",
+                                    meaning=now.meaning if now else "")
+        try:
+            await publish(self.ctx.js, parts_subject(self.ctx.node, None), message,
+                          msg_id=f"card-health/{fault.card}/{state}/{at:.6f}")
+        except Exception as exc:
+            log.warning("could not publish card %d's health (%s): %s", fault.card, state, exc)
 
     async def _tell(self, fault: Fault, event: CardEvent) -> None:
         try:

@@ -220,8 +220,9 @@ async def card_fails(demo: Demo) -> None:
     status = await demo.probe.status()
     cards = [c for c in status["cards"] if c["mode"] == "partition"]
     # Fail a card that holds demo Pods while another still has room for the next one.
-    healthy = next((c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0), None)
-    require(healthy is not None, f"no card has room for a {BUSY_PROFILE} after the busy step")
+    roomy = [c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0]
+    require(bool(roomy), f"no card has room for a {BUSY_PROFILE} after the busy step")
+    healthy = roomy[0]
     failing = next(c for c in cards if c["index"] != healthy["index"])
     on_it = {i["claim"]["pod_uid"] for i in failing["instances"] if i.get("claim")}
     claims_before = {c.id: c for c in await demo.probe.claims() if c.card == failing["index"]}
