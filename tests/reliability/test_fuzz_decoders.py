@@ -58,8 +58,8 @@ KINDS: dict[str, Any] = {
 }
 STRUCTS = (PodSeen, PodFinished, PodGone, ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
            WorkdirCollected, AllocateRefused, CardUnhealthy, CardHealthChanged, CardClaims,
-           PodRecord, NodeCapacity, PodsGet, PodsGetReply, PendingPodsQuery, PendingPodsReply, ClaimsQuery, ClaimsReply, ReclaimNow,
-           ReclaimNowReply)
+           PodRecord, NodeCapacity, PodsGet, PodsGetReply, PendingPodsQuery, PendingPodsReply,
+           ClaimsQuery, ClaimsReply, ReclaimNow, ReclaimNowReply)
 # The union each event is decoded as (a union is a typing form, not a `type`: hence Any).
 UNION_OF: dict[type, Any] = {**dict.fromkeys((PodSeen, PodFinished, PodGone), PodEvent),
             **dict.fromkeys((ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
