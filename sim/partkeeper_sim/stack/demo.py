@@ -236,6 +236,12 @@ async def card_fails(demo: Demo) -> None:
 
     await demo.until(taken_out, f"card {failing['index']} shown failed, offering nothing",
                      "see logs/allocator.log (card health)")
+    key = f"partkeeper.io/card-{failing['index']}-health"
+
+    async def noted() -> bool:
+        return (await demo.kube.annotations()).get(key, "").startswith("failed: xid-")
+
+    await demo.until(noted, f"the Node annotation {key}", "see logs/watcher.log")
     names = {p.uid: p.name for p in demo.observer.pods.values()}
     told = {names.get(uid, uid) for uid in on_it}
 
@@ -265,7 +271,8 @@ async def card_fails(demo: Demo) -> None:
     await demo.probe.recover_card(failing["index"])
 
     async def offered_again() -> bool:
-        return (await demo.probe.status())["cards"][failing["index"]].get("health") == "ok"
+        card = (await demo.probe.status())["cards"][failing["index"]]
+        return card.get("health") == "ok" and key not in await demo.kube.annotations()
 
     await demo.until(offered_again, f"card {failing['index']} offered again after the reset",
                      "see logs/allocator.log (card health)")
