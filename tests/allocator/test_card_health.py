@@ -147,3 +147,17 @@ def test_status_names_a_failed_card_and_a_failed_partition() -> None:
     assert health_lines(one) == [
         "  FAILED partition MIG-1: its Pod was told; the card keeps serving"]
     assert health_lines({"health": "ok"}) == []
+
+
+async def test_the_operators_switches_ignore_an_xid(nc, js, node) -> None:
+    """PK_HEALTH_IGNORE_XIDS=48: XID 48 is counted and fails nothing; XID 79 still loses it."""
+    async with node_stack(nc, node, cards=TWO, settings={"health_ignore_xids": "48"}) as n:
+        seen = REGISTRY.get_sample_value("partkeeper_card_events_total",
+                                         {"card": "1", "cause": "xid-48"}) or 0.0
+        n.sim.fail_card(1, 48)
+        await until(lambda: (REGISTRY.get_sample_value(
+            "partkeeper_card_events_total", {"card": "1", "cause": "xid-48"}) or 0) > seen,
+            "XID 48 was read")
+        await n.wait_healthy(R1, 14)
+        n.sim.fail_card(1, 79)
+        await n.wait_healthy(R1, 7)
