@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
+from partkeeper.drivers import cardhealth
 from partkeeper.errors import StartupError
 
 DEFAULT_METRICS_PORTS = {"watcher": 9401, "allocator": 9402, "reclaimer": 9403, "gc": 9404}
@@ -74,6 +75,15 @@ def number(*, minimum: float) -> Parse:
         return value
 
     return parse
+
+
+def xids(name: str, raw: str) -> str:
+    """A list of XIDs or `all`, checked here so that a typo stops the service at start."""
+    try:
+        cardhealth.parse_xids(raw, name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return raw
 
 
 def integer(*, minimum: int) -> Parse:
@@ -286,6 +296,17 @@ class Config:
         Path("/var/lib/kubelet/plugins_registry"),
         shown="sibling `plugins_registry` of `PK_KUBELET_DIR`",
         derive=lambda v: v["kubelet_dir"].parent / "plugins_registry")
+    health_ignore_xids: str = setting(
+        "PK_HEALTH_IGNORE_XIDS",
+        "XIDs that fail no card besides the application XIDs (13, 31, 43, 45, 68, 109), comma "
+        "separated, or `all` (as the device plugin's `DP_DISABLE_HEALTHCHECKS`; see "
+        "[drivers.md](drivers.md), Card health)", xids, "")
+    health_enable_xids: str = setting(
+        "PK_HEALTH_ENABLE_XIDS",
+        "XIDs that fail a card even if ignored above (as `DP_ENABLE_HEALTHCHECKS`)", xids, "")
+
+    def xid_policy(self) -> cardhealth.XidPolicy:
+        return cardhealth.policy(self.health_ignore_xids, self.health_enable_xids)
 
     def metrics_port_for(self, service: str) -> int:
         if self.metrics_port is not None:

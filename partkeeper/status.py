@@ -83,6 +83,8 @@ def build(
                 ],
                 "free": dict(card.free),
                 "pending_reclaims": card.pending_reclaims,
+                "health": card.health, "cause": card.cause, "meaning": card.meaning,
+                "failed_instances": list(card.failed_instances),
             }
         )
     return {"node": node, "at": capacity.at, "services": services, "cards": cards,
@@ -177,9 +179,21 @@ def render(status: dict[str, Any]) -> str:
         lines.extend(_table(COLUMNS, _rows(card)))
         free = ", ".join(f"{p}: {n}" for p, n in sorted(card["free"].items())) or "none"
         lines.append(f"  free: {free}; pending reclaims: {card['pending_reclaims']}")
+        lines.extend(health_lines(card))
     if any(card["mode"] == "sliced" for card in status["cards"]):
         lines.append(limiter_line(status.get("slice_limiter")))
     return "\n".join(lines)
+
+
+def health_lines(card: dict[str, Any]) -> list[str]:
+    """A failed card's line (and one per partition that failed by itself). Pure."""
+    lines = []
+    if card.get("health", "ok") != "ok":
+        lines.append(f"  {card['health'].upper()}: {card.get('cause') or 'unknown cause'} "
+                     f"({card.get('meaning') or 'no detail'}); nothing new is placed on it")
+    for uuid in card.get("failed_instances") or []:
+        lines.append(f"  FAILED partition {uuid}: its Pod was told; the card keeps serving")
+    return lines
 
 
 def _rows(card: dict[str, Any]) -> list[tuple[str, ...]]:

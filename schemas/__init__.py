@@ -9,6 +9,8 @@ from schemas.codec import SchemaError, decode, decode_request, encode
 from schemas.documents import CardClaims, Claim, LiveInstance, NodeCapacity, PodRecord
 from schemas.events import (
     AllocateRefused,
+    CardHealthChanged,
+    CardUnhealthy,
     ClaimChanged,
     DestroyFailed,
     ForeignFound,
@@ -38,6 +40,8 @@ from schemas.rpc import (
 __all__ = [
     "AllocateRefused",
     "CardClaims",
+    "CardHealthChanged",
+    "CardUnhealthy",
     "Claim",
     "ClaimChanged",
     "ClaimsQuery",

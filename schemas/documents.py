@@ -126,6 +126,13 @@ class CardView(msgspec.Struct, frozen=True, kw_only=True):
     instances: list[InstanceView] = []
     free: dict[str, int] = {}  # profile (or "sliced") -> instances placeable now
     pending_reclaims: int = 0  # claims releasing, or held by Pods confirmed gone/finished
+    # Card health (docs/operations.md, "A failed card"): "ok", "failed" (a fatal XID or ECC
+    # error) or "lost" (it stopped answering); `cause` is the metric label (`xid-48`, `lost`)
+    # and `meaning` what it means. Added in place: an older reader ignores them.
+    health: Literal["ok", "failed", "lost"] = "ok"
+    cause: str = ""
+    meaning: str = ""
+    failed_instances: list[str] = []  # UUIDs of partitions that failed by themselves
 
 
 class SliceLimiterView(msgspec.Struct, frozen=True, kw_only=True):

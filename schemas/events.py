@@ -112,6 +112,37 @@ class AllocateRefused(_PartitionEventBase, frozen=True, tag="AllocateRefused"):
     name: str = ""
 
 
+class CardUnhealthy(_PartitionEventBase, frozen=True, tag="CardUnhealthy"):
+    """A Pod's partition is on a card that failed (or is itself the partition that failed):
+    published by the allocator on its node-wide subject, one per Pod, and recorded by the watcher
+    as a `PartitionCardUnhealthy` Warning Event. Added within version 1: a reader that predates
+    it refuses the unknown type and dead-letters the entry, changing nothing (docs/contract.md).
+    """
+
+    card: int
+    cause: str  # the metric label: `xid-48`, `ecc`, `lost`
+    meaning: str  # what the fault means, in a sentence
+    claim_id: str
+    pod_uid: str
+    namespace: str
+    name: str
+    xid: int = 0  # 0 when the fault was not an XID (an ECC error)
+    scope: Literal["card", "instance"] = "card"
+    instance_uuid: str = ""
+
+
+class CardHealthChanged(_PartitionEventBase, frozen=True, tag="CardHealthChanged"):
+    """A card's health as the allocator's card watch folded it, on every change (its node-wide
+    subject): the watcher notes it on its Node (`partkeeper.io/card-<index>-health`). Added
+    within version 1, as CardUnhealthy."""
+
+    card: int
+    health: Literal["ok", "failed", "lost"]
+    cause: str = ""  # the metric label of the fault that failed it first ("" once ok)
+    meaning: str = ""
+
+
 PartitionEvent = (
     ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected | AllocateRefused
+    | CardUnhealthy | CardHealthChanged
 )

@@ -12,9 +12,14 @@ One pool per node, named after the node, holding:
   most 64 per slice (the API's limit for devices that consume counters).
 
 A placement covered by a claim in any state or by any physical instance (foreign ones included)
-is not offered at all: the scheduler never sees room the hardware lacks. Every slice of the pool
-carries the same generation and `resourceSliceCount`; `generation` bumps it whenever the content
-changes, so a consumer never mixes slices of two generations.
+is not offered at all: the scheduler never sees room the hardware lacks. The free devices of a
+failed card (a fatal XID, or lost: DESIGN.md, "Card health") carry the taint
+`partitions.partkeeper.io/unhealthy` with effect `NoSchedule` (its value the cause, `xid-48`,
+`lost`) on a server that takes device taints (`resource.k8s.io/v1`, stable in 1.37), so an
+operator sees them and the scheduler places nothing there; on an older server they are
+withdrawn. Every slice of the pool carries the same generation and `resourceSliceCount`;
+`generation` bumps it whenever the content changes, so a consumer never mixes slices of two
+generations.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ MAX_DEVICES_PER_SLICE = 64  # devices that consume counters
 MAX_COUNTER_SETS_PER_SLICE = 8
 COMPUTE_COUNTER = "compute-slices"
 MAX_NAME = 253
+TAINT_KEY = f"{DRIVER}/unhealthy"
+TAINT_EFFECT = "NoSchedule"
 
 Range = tuple[int, int]
 
@@ -125,15 +132,32 @@ def device(spec: DeviceSpec) -> dict[str, Any]:
     }
 
 
+def taint(cause: str) -> dict[str, Any]:
+    """The taint a failed card's devices carry; the value is the cause, a label value."""
+    return {"key": TAINT_KEY, "value": cause[:63], "effect": TAINT_EFFECT}
+
+
 def pool(
     node: str, cards: Sequence[Card], claims: Iterable[Claim], instances: Iterable[Instance],
-    owner: dict[str, Any] | None = None,
+    owner: dict[str, Any] | None = None, *, failed: Mapping[int, str] | None = None,
+    taints: bool = False,
 ) -> Pool:
+    """The pool; `failed`: card -> cause of the cards that take nothing new, whose free devices
+    are tainted (`taints`: the server takes device taints) or else withdrawn."""
+    failed = failed or {}
     partition_cards = sorted((c for c in cards if c.mode == "partition"), key=lambda c: c.index)
+    devices = []
+    for spec in free_devices(partition_cards, claims, instances):
+        body = device(spec)
+        if spec.card in failed:
+            if not taints:
+                continue
+            body["taints"] = [taint(failed[spec.card])]
+        devices.append(body)
     return Pool(
         node=node,
         counter_sets=tuple(counter_set(c) for c in partition_cards),
-        devices=tuple(device(d) for d in free_devices(partition_cards, claims, instances)),
+        devices=tuple(devices),
         owner=owner,
     )
 
@@ -182,6 +206,8 @@ def content(objects: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             _values(counter_set.get("counters"))
         for dev in spec.get("devices") or []:
             _values(dev.get("capacity"))
+            for said_taint in dev.get("taints") or []:
+                said_taint.pop("timeAdded", None)  # the server stamps it: not ours to compare
             for use in dev.get("consumesCounters") or []:
                 _values(use.get("counters"))
         said = {k: v for k, v in spec.items() if v not in (None, [], {})}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from partkeeper.devices import DeviceNode
+from partkeeper.drivers.cardhealth import EventSource
 from partkeeper.errors import StartupError
 
 Mode = Literal["partition", "sliced"]
@@ -185,6 +186,21 @@ class ReadError(DriverError):
     kind = "read_failed"
 
 
+class CardLostError(ReadError):
+    """The card stopped answering (NVML_ERROR_GPU_IS_LOST: fallen off the bus): every call on it
+    fails until it is reset. A read error, so absence means nothing, and the reclaimer can tell a
+    lost card from a failed call (docs/drivers.md, "Card health")."""
+
+    kind = "card_lost"
+
+
+def lost_card(index: int, exc: CardLostError) -> Card:
+    """How an enumeration lists a card that stopped answering: still there (its index holds
+    claims and partitions the reclaimer must resolve), in partition mode so that it is asked, and
+    with a problem, so that nothing is offered on it. What it was cannot be read any more."""
+    return Card(index, "", "", "partition", 0, None, f"lost: {exc.cause}")
+
+
 class PlacementError(DriverError):
     """The requested placement is illegal for the profile or overlaps an existing instance."""
 
@@ -260,4 +276,9 @@ class Driver(Protocol):
     def remove_leftover(self, record: str) -> None:
         """Remove one record `leftovers` reported. Raises OSError, or ValueError for a record
         that is no leftover of this driver."""
+        ...
+
+    def events(self) -> EventSource | None:
+        """A new source of card events (partkeeper/drivers/cardhealth.py), or None for a driver
+        with no event source. Raises ReadError when the library refuses to open one."""
         ...

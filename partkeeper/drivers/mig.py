@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import (
     Card,
+    CardLostError,
     ContainerEdits,
     DriverError,
     Instance,
@@ -31,7 +32,9 @@ from partkeeper.drivers.base import (
     ReadError,
     UnknownError,
     identity_mismatch,
+    lost_card,
 )
+from partkeeper.drivers.cardhealth import EventSource
 
 Placements = tuple[tuple[int, int], ...]
 
@@ -185,6 +188,11 @@ class Binding(Protocol):
     def remove_leftover(self, record: str) -> None:
         raise ValueError(f"{record} is no leftover of the {self.library} driver")
 
+    def events(self) -> EventSource | None:
+        """The library's card events (critical errors, a lost card); None where the library
+        has no event source (docs/drivers.md, "Card health")."""
+        return None
+
     def close(self) -> None:
         return None
 
@@ -206,6 +214,9 @@ class MigDriver:
     def close(self) -> None:
         self._b.close()
 
+    def events(self) -> EventSource | None:
+        return self._b.events()
+
     # -- static card facts --------------------------------------------------------------------
 
     def catalogue(self, op: str, card: int, dev: Any) -> Catalogue:
@@ -225,7 +236,13 @@ class MigDriver:
     # -- enumeration --------------------------------------------------------------------------
 
     def cards(self) -> list[Card]:
-        return [self._card(index) for index in range(self._b.count())]
+        return [self._card_or_lost(index) for index in range(self._b.count())]
+
+    def _card_or_lost(self, index: int) -> Card:
+        try:
+            return self._card(index)
+        except CardLostError as exc:
+            return lost_card(index, exc)
 
     def _card(self, index: int) -> Card:
         dev = self._b.device("list", index)

@@ -21,7 +21,14 @@ from typing import Any
 from partkeeper import limiter
 from partkeeper.config import ConfigError, load
 from partkeeper.drivers import DriverError, open_driver, profiles
-from partkeeper.drivers.base import Card, Driver, Instance, LibraryMissing, ReadError
+from partkeeper.drivers.base import (
+    Card,
+    CardLostError,
+    Driver,
+    Instance,
+    LibraryMissing,
+    ReadError,
+)
 from partkeeper.drivers.mig import MigDriver
 
 EXIT_NO_LIBRARY = 2
@@ -75,18 +82,41 @@ def gather(driver: Driver) -> dict[str, Any]:
     """Everything probe shows, read from `driver`. Raises DriverError on any failed read."""
     cards = []
     for card in driver.cards():
-        # A vendor library's own view; the sim has none beyond the tables.
-        view = driver.probe_view(card.index) if isinstance(driver, MigDriver) else _table_view(card)
-        known = card.model in profiles.MODELS
-        cards.append({
-            "index": card.index, "uuid": card.uuid, "model": card.model, "mode": card.mode,
-            "memory_mib": card.memory_mib, "minor": card.minor, **view,
-            "matches_tables": known and not card.problem, "problem": card.problem or (
-                "" if known or card.mode == "sliced" else "model not in the built-in tables"),
-            "instances": _instances(driver, card),
-        })
+        try:
+            cards.append(_card(driver, card))
+        except CardLostError as exc:  # lost between the listing and the reads of it
+            cards.append(_lost(card, f"lost: {exc.cause}"))
     # Whether the slice limiter's files are there (PK_SLICE_LIMITER, read here as at a start).
     return {"driver": driver.name, "cards": cards, "slice_limiter": limiter.report(load())}
+
+
+def _card(driver: Driver, card: Card) -> dict[str, Any]:
+    if card.problem.startswith("lost:"):
+        return _lost(card, card.problem)
+    # A vendor library's own view; the sim has none beyond the tables.
+    view = driver.probe_view(card.index) if isinstance(driver, MigDriver) else _table_view(card)
+    known = card.model in profiles.MODELS
+    found = {
+        "index": card.index, "uuid": card.uuid, "model": card.model, "mode": card.mode,
+        "memory_mib": card.memory_mib, "minor": card.minor, **view,
+        "matches_tables": known and not card.problem, "problem": card.problem or (
+            "" if known or card.mode == "sliced" else "model not in the built-in tables"),
+        "instances": _instances(driver, card),
+    }
+    # The simulator says what its cards reported (`sim fail --card`); a library has no memory
+    # of past XIDs, the services' card watch does (partkeeper status).
+    reported = getattr(driver, "card_health", None)
+    if callable(reported):
+        found["health"], found["xids"] = reported(card.index)
+    return found
+
+
+def _lost(card: Card, problem: str) -> dict[str, Any]:
+    """A card that stopped answering: nothing of it can be read until it is reset."""
+    return {"index": card.index, "uuid": card.uuid, "model": card.model or "unknown",
+            "mode": card.mode, "memory_mib": card.memory_mib, "minor": card.minor,
+            "mig": None, "profiles": [], "matches_tables": False, "problem": problem,
+            "instances": [], "health": "lost"}
 
 
 def profile_lines(shown: list[dict[str, Any]]) -> list[str]:
@@ -112,7 +142,14 @@ def render(view: dict[str, Any]) -> None:
         mode = "no MIG" if mig is None else f"MIG current {'on' if mig['current'] else 'off'}, " \
             f"pending {'on' if mig['pending'] else 'off'}"
         agrees = "matches the tables" if card["matches_tables"] else f"REFUSED: {card['problem']}"
+        if card.get("health") == "lost":
+            print(f"card {card['index']} LOST: {card['problem'].removeprefix('lost: ')}; it "
+                  "answers nothing until it is reset, and takes no partition")
+            continue
         print(f"card {card['index']} {card['model']} {card['uuid']} ({mode}; {agrees})")
+        if card.get("health") == "failed":
+            print(f"  FAILED: fatal XID(s) {', '.join(map(str, card['xids']))} reported; "
+                  "it takes no partition until it recovers")
         for line in profile_lines(card["profiles"]):
             print(line)
         for i in card["instances"]:

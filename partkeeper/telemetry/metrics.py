@@ -46,6 +46,16 @@ FREE_PLACEMENTS = Gauge(
     "partkeeper_placeable_instances", "Instances of a profile that can be placed now", ["profile"]
 )
 FOREIGN_INSTANCES = Gauge("partkeeper_foreign_instances", "Physical instances with no claim")
+CARD_EVENTS = Counter(
+    "partkeeper_card_events_total",
+    "Card events the driver reported, by card and cause (`xid-79`, `ecc`, `lost`, ...)",
+    ["card", "cause"],
+)
+CARD_FAILED = Gauge(
+    "partkeeper_card_failed_devices",
+    "1 while a card is failed (taking no partitions), by its cause",
+    ["card", "cause"],
+)
 DESTROY_FAILURES = Counter(
     "partkeeper_destroy_failures_total", "Failed destroys by reason", ["reason"]
 )

@@ -60,11 +60,11 @@ class Audit:
                 self.pending.popleft()
 
     async def destroy_failed(
-        self, claim: Claim, instance: Instance, kind: str, message: str, attempts: int
+        self, claim: Claim, instance_uuid: str, kind: str, message: str, attempts: int
     ) -> None:
         event = DestroyFailed(
             node=self.node, at=time.time(), card=claim.card, claim_id=claim.id,
-            pod_uid=claim.pod_uid, instance_uuid=instance.uuid, reason=kind, message=message,
+            pod_uid=claim.pod_uid, instance_uuid=instance_uuid, reason=kind, message=message,
             attempts=attempts,
         )
         await self.emit(claim.card, event, f"destroy-failed/{claim.id}/{attempts}")

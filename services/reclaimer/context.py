@@ -11,13 +11,19 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from partkeeper.drivers.base import DriverError, Instance
+from partkeeper.drivers.base import CardLostError, DriverError, Instance
 from partkeeper.nodeparts import NodeParts
 from schemas import CardClaims, Claim
 from services.reclaimer.audit import Audit
 from services.reclaimer.tuning import Tuning
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Enumeration:
+    instances: list[Instance] | None  # None: the enumeration failed, absence means nothing
+    lost: bool = False  # it failed because the card stopped answering
 
 
 @dataclass(slots=True)
@@ -55,11 +61,19 @@ class Context(NodeParts):
 
     async def instances(self, card: int) -> list[Instance] | None:
         """The card's instances, or None when the enumeration failed (never 'none exist')."""
+        return (await self.enumerate(card)).instances
+
+    async def enumerate(self, card: int) -> Enumeration:
+        """The card's instances, None when the enumeration failed, and whether it failed
+        because the card is lost (it stopped answering: docs/reclaimer.md, "A lost card")."""
         try:
-            return await asyncio.to_thread(self.driver.instances, card)
+            return Enumeration(await asyncio.to_thread(self.driver.instances, card))
+        except CardLostError as exc:
+            log.warning("card %d is lost: %s", card, exc)
+            return Enumeration(None, lost=True)
         except DriverError as exc:
             log.warning("enumerating card %d failed: %s", card, exc)
-            return None
+            return Enumeration(None)
 
     async def destroy(self, instance: Instance) -> None:
         """Destroy exactly `instance`; raises the driver's DriverError subclasses."""

@@ -16,6 +16,7 @@ from partkeeper.claims import inventory
 from partkeeper.drivers.base import IdentityRule, Instance
 from partkeeper.podstate import is_dead
 from schemas import CardClaims, Claim
+from services.reclaimer.tuning import DESTROY_THRESHOLD
 
 PodVerdict = Literal["live", "finished", "gone", "unknown", "no-answer"]
 KNOWN_STATES = frozenset({"creating", "active", "releasing"})
@@ -28,6 +29,9 @@ class Step(StrEnum):
     DESTROY = "destroy"  # destroy exactly `instance` (its identity is the expected one)
     REMOVE = "remove"  # the instance is confirmed absent: drop the descriptor, then the claim
     REFUSE = "refuse"  # the claim is in a state this code does not know: touch nothing
+    LOST = "lost"  # its card stopped answering: count the attempt, retry within the bound
+    ABANDON = "abandon"  # its card stayed lost for the whole bound: remove the claim, nothing
+    # is left to destroy (a lost card comes back only through a reset, which clears it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,7 @@ class Sighting:
 
     listed: bool  # False: the enumeration failed, so absence means nothing (fail closed)
     present: Instance | None = None  # its recorded instance, or one exactly at its spec
+    lost: bool = False  # the enumeration failed because the card is lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +52,13 @@ class Decision:
 
 
 def sighting(
-    doc: CardClaims, claim_id: str, instances: list[Instance] | None, same: IdentityRule
+    doc: CardClaims, claim_id: str, instances: list[Instance] | None, same: IdentityRule,
+    *, lost: bool = False,
 ) -> Sighting:
     """Match the claim to the enumeration through `inventory.classify` with the driver's identity
-    rule `same` (instances None: the read failed)."""
+    rule `same` (instances None: the read failed; `lost`: because the card is lost)."""
     if instances is None:
-        return Sighting(listed=False)
+        return Sighting(listed=False, lost=lost)
     inv = inventory.classify(doc, instances, same)
     present = inv.owned.get(claim_id) or inv.unrecorded.get(claim_id)
     return Sighting(listed=True, present=present)
@@ -68,13 +74,16 @@ def needs_sighting(claim: Claim, pod: PodVerdict) -> bool:
 
 
 def decide(
-    claim: Claim, seen: Sighting, pod: PodVerdict, now: float, *, create_timeout: float
+    claim: Claim, seen: Sighting, pod: PodVerdict, now: float, *, create_timeout: float,
+    lost_bound: int = DESTROY_THRESHOLD,
 ) -> Decision:
-    """The next step for `claim`. See docs/reclaimer.md for the table this implements."""
+    """The next step for `claim`. See docs/reclaimer.md for the table this implements.
+    `lost_bound`: how many attempts a releasing claim on a lost card gets before it is
+    abandoned (the reclaimer's destroy threshold)."""
     if claim.state not in KNOWN_STATES:
         return Decision(Step.REFUSE, f"claim is in unknown state {claim.state!r}")
     if claim.state == "releasing":
-        return _releasing(claim, seen, now, create_timeout)
+        return _releasing(claim, seen, now, create_timeout, lost_bound)
     # DRA mode: the partition belongs to the ResourceClaim, which several Pods may share, and
     # `pod_uid` names only the first of them: no Pod's end releases it. The allocator does once
     # the claim is unprepared and deallocated, or deleted (services/allocator/dra/ends.py).
@@ -89,7 +98,9 @@ def decide(
     return Decision(Step.KEEP, f"Pod is {pod}; claim is {claim.state}")
 
 
-def _releasing(claim: Claim, seen: Sighting, now: float, create_timeout: float) -> Decision:
+def _releasing(
+    claim: Claim, seen: Sighting, now: float, create_timeout: float, lost_bound: int
+) -> Decision:
     if claim.kind != "partition":
         return Decision(Step.REMOVE, "a logical slice has no instance to destroy")
     if claim.instance is None and now - claim.created_at < create_timeout:
@@ -98,6 +109,12 @@ def _releasing(claim: Claim, seen: Sighting, now: float, create_timeout: float) 
         left = create_timeout - (now - claim.created_at)
         why = f"the allocator may still be creating it ({left:.0f}s left)"
         return Decision(Step.WAIT, why, wait=left)
+    if not seen.listed and seen.lost:
+        attempts = claim.release_attempts + 1
+        if attempts >= lost_bound:
+            return Decision(Step.ABANDON, f"its card is lost ({attempts} attempts): nothing is "
+                            "left to destroy, and a reset clears the card")
+        return Decision(Step.LOST, f"its card is lost (attempt {attempts} of {lost_bound})")
     if not seen.listed:
         return Decision(Step.WAIT, "the card could not be enumerated")
     if seen.present is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from partkeeper import backoff
 from partkeeper.claims import StoreReadError, inventory, machine
-from partkeeper.drivers.base import DriverError, Instance, NotFoundError
+from partkeeper.drivers.base import CardLostError, DriverError, Instance, NotFoundError
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims
@@ -38,6 +38,7 @@ class Snapshot:
     before: Listing  # partition cards' instances, read before the claims
     docs: dict[int, CardClaims]
     after: Listing  # read after the claims
+    lost: frozenset[int] = frozenset()  # cards that stopped answering: in neither listing
 
 
 class Reconciler:
@@ -83,16 +84,31 @@ class Reconciler:
 
     async def _snapshot(self) -> Snapshot | None:
         driver = self.ctx.driver
+        lost: set[int] = set()
+
+        async def listed(card: int) -> list[Instance] | None:
+            # A lost card fails every read; the others are still reconciled. Any other failed
+            # read fails the pass (fail closed).
+            try:
+                return await asyncio.to_thread(driver.instances, card)
+            except CardLostError as exc:
+                log.warning("card %d is lost, its claims are resolved without it: %s", card, exc)
+                lost.add(card)
+                return None
+
         try:
             cards = await asyncio.to_thread(driver.cards)
             parts = [c.index for c in cards if c.mode == "partition"]
-            before = {i: await asyncio.to_thread(driver.instances, i) for i in parts}
+            before = {i: found for i in parts if (found := await listed(i)) is not None}
             docs = await self.ctx.documents([c.index for c in cards])
-            after = {i: await asyncio.to_thread(driver.instances, i) for i in parts}
+            after = {i: found for i in parts if (found := await listed(i)) is not None}
         except (DriverError, StoreReadError) as exc:
             log.warning("reconcile pass skipped, nothing changed: %s", exc)
             return None
-        return Snapshot(before, docs, after)
+        # A card lost between the two reads is in one only: treat it as lost in both.
+        before = {i: v for i, v in before.items() if i not in lost}
+        after = {i: v for i, v in after.items() if i not in lost}
+        return Snapshot(before, docs, after, frozenset(lost))
 
     async def _verdicts(self, docs: dict[int, CardClaims]) -> dict[str, Evidence]:
         """The watcher's view of every Pod holding a claim not yet releasing."""
@@ -115,9 +131,11 @@ class Reconciler:
         for card, doc in snap.docs.items():
             for claim in doc.claims.values():
                 evidence = verdicts.get(claim.pod_uid) or Evidence("no-answer", "reconcile")
-                seen = sighting(doc, claim.id, snap.after.get(card), self.ctx.driver.same_partition)
+                seen = sighting(doc, claim.id, snap.after.get(card), self.ctx.driver.same_partition,
+                                lost=card in snap.lost)
                 chosen = decide(claim, seen, evidence.pod, now,
-                                create_timeout=self.ctx.tuning.create_timeout)
+                                create_timeout=self.ctx.tuning.create_timeout,
+                                lost_bound=self.ctx.tuning.destroy_threshold)
                 if chosen.step is Step.KEEP:
                     continue
                 decision(log, "reconcile hands claim over", pod_uid=claim.pod_uid, card=card,

@@ -27,7 +27,7 @@ from partkeeper.drivers.base import (
 from partkeeper.telemetry import metrics
 from partkeeper.telemetry.logs import decision
 from schemas import CardClaims, Claim
-from services.reclaimer.context import Context
+from services.reclaimer.context import Context, Enumeration
 from services.reclaimer.decide import Decision, Step, decide, needs_sighting, sighting
 from services.reclaimer.pods import Evidence
 from services.reclaimer.spans import failed, step
@@ -74,10 +74,11 @@ async def attempt(
     claim = doc.claims.get(claim_id)
     if claim is None:
         return Outcome(card, claim_id, True, "the claim is no longer in the store")
-    instances = await ctx.instances(card) if needs_sighting(claim, evidence.pod) else None
-    seen = sighting(doc, claim_id, instances, ctx.driver.same_partition)
+    found = await ctx.enumerate(card) if needs_sighting(claim, evidence.pod) else Enumeration(None)
+    seen = sighting(doc, claim_id, found.instances, ctx.driver.same_partition, lost=found.lost)
     chosen = decide(claim, seen, evidence.pod, time.time(),
-                    create_timeout=ctx.tuning.create_timeout)
+                    create_timeout=ctx.tuning.create_timeout,
+                    lost_bound=ctx.tuning.destroy_threshold)
     try:
         # The step's write goes against this read (no second read; a revision another writer
         # has passed is refused, and the store reads afresh).
@@ -110,6 +111,11 @@ async def _take(
             return await _destroy(ctx, claim, chosen.instance, evidence)
         case Step.REMOVE:
             return await _remove(ctx, claim, known=known)
+        case Step.LOST:
+            uuid = claim.instance.uuid if claim.instance is not None else None
+            return await _count_failure(ctx, claim, uuid, "card_lost", chosen.why)
+        case Step.ABANDON:
+            return await _abandon(ctx, claim, chosen.why, known)
     raise AssertionError(f"unhandled step {chosen.step}")
 
 
@@ -170,20 +176,41 @@ async def _destroy(ctx: Context, claim: Claim, instance: Instance, evidence: Evi
 async def _destroy_failed(
     ctx: Context, claim: Claim, instance: Instance, exc: DriverError
 ) -> Result:
-    metrics.DESTROY_FAILURES.labels(reason=exc.kind).inc()
+    return await _count_failure(ctx, claim, instance.uuid, exc.kind, str(exc))
+
+
+async def _count_failure(
+    ctx: Context, claim: Claim, instance_uuid: str | None, kind: str, said: str
+) -> Result:
+    """A destroy that failed, or could not be tried because the card is lost: counted in the
+    claim (the bound survives restarts), reported once the threshold is reached."""
+    metrics.DESTROY_FAILURES.labels(reason=kind).inc()
     attempts = claim.release_attempts + 1
     now = time.time()
     try:
         await ctx.store.update(claim.card, lambda d: machine.count_attempt(d, claim.id, now))
     except (TransitionError, StoreReadError, ConflictExhausted) as err:
         log.warning("could not count the failed destroy of claim %s: %s", claim.id, err)
-    if attempts == ctx.tuning.destroy_threshold:
+    if attempts == ctx.tuning.destroy_threshold and instance_uuid is not None:
         # Kubernetes Events are the watcher's to write; it turns DestroyFailed into one.
-        await ctx.audit.destroy_failed(claim, instance, exc.kind, str(exc), attempts)
+        await ctx.audit.destroy_failed(claim, instance_uuid, kind, said, attempts)
     delay = retry_delay(attempts, ctx.tuning)
-    why = f"destroy failed ({exc.kind}, attempt {attempts}): {exc}; retrying in {delay:.1f}s"
+    why = f"destroy failed ({kind}, attempt {attempts}): {said}; retrying in {delay:.1f}s"
     _log(claim, "destroy failed", why, level=logging.WARNING)
     return Later(delay, why)
+
+
+async def _abandon(ctx: Context, claim: Claim, why: str, known: Known) -> Result:
+    """The card stayed lost for the whole bound: the claim goes, with that reason, so that it
+    neither blocks the card's room nor is retried for ever. Only a releasing claim gets here:
+    its Pod is gone or finished, or its ResourceClaim ended."""
+    metrics.DESTROY_FAILURES.labels(reason="card_lost").inc()
+    if claim.instance is not None:
+        # The Event names the partition the Pod had; the watcher writes it.
+        await ctx.audit.destroy_failed(claim, claim.instance.uuid, "card_lost", why,
+                                       claim.release_attempts + 1)
+    _log(claim, "claim abandoned", why, level=logging.WARNING)
+    return await _remove(ctx, claim, f"abandoned: {why}", known=known)
 
 
 async def _remove(ctx: Context, claim: Claim, reason: str = _REMOVED,

@@ -12,10 +12,14 @@ from partkeeper import backoff
 from partkeeper.podstate import CREATE_TIMEOUT
 from schemas.names import ConsumerSpec
 
+# Failed destroys before DestroyFailed, then slow retries; also the attempts a releasing claim on
+# a lost card gets before it is abandoned.
+DESTROY_THRESHOLD = 5
+
 
 @dataclass(frozen=True, slots=True)
 class Tuning:
-    destroy_threshold: int = 5  # failed destroys before DestroyFailed, then slow retries
+    destroy_threshold: int = DESTROY_THRESHOLD
     fast_base: float = 0.2
     fast_cap: float = 5.0
     slow_base: float = 10.0

@@ -4,18 +4,19 @@
 |---|---|
 | `ClaimChanged` to `active` | `PartitionAllocated` (Normal) |
 | `ClaimChanged` to `removed`, with the instance it had | `PartitionReclaimed` (Normal) |
-| `DestroyFailed` | `ReclaimBlocked` (Warning) |
+| `DestroyFailed` | `ReclaimBlocked` (Warning); for a lost card, the claim abandoned |
 | `AllocateRefused` naming a Pod | `AllocateRefused` (Warning) |
+| `CardUnhealthy` | `PartitionCardUnhealthy` (Warning) |
 | anything else | none |
 
 A removal without an instance is not a reclaim: it is the allocator undoing a claim it never
 activated (or a crash before anything was created), so the Pod never held that partition.
 
 Who may say it: an entry becomes an Event only from the subject of the service that publishes
-that kind (`scope_of`): `AllocateRefused` on the node scope, which only the allocator may
-publish (the GC has its own subject, the reclaimer is denied it), claim transitions and
-destroy failures on their own card's subject. And only about a Pod the watcher's own view holds
-on this node (recorder.py).
+that kind (`scope_of`): `AllocateRefused` and `CardUnhealthy` on the node scope, which only the
+allocator may publish (the GC has its own subject, the reclaimer is denied it), claim
+transitions and destroy failures on their own card's subject. And only about a Pod the watcher's
+own view holds on this node (recorder.py).
 
 The Event's name is derived from the fact it records, not from the delivery, so the same audit
 entry delivered or published twice names the same Event and the second create is refused by
@@ -29,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from schemas import AllocateRefused, ClaimChanged, DestroyFailed, PartitionEvent
+from schemas import AllocateRefused, CardUnhealthy, ClaimChanged, DestroyFailed, PartitionEvent
 from schemas.documents import SLICE_PROFILE
 from schemas.names import NODE_SCOPE, card_token
 from schemas.pods import InvalidPodUID, validate_pod_uid
@@ -66,6 +67,15 @@ def describe(event: PartitionEvent) -> Note | None:
     """The Event `event` becomes, or None when it is not one a Pod's owner needs to see."""
     if isinstance(event, ClaimChanged):
         return _claim_changed(event)
+    if isinstance(event, DestroyFailed) and event.reason == "card_lost":
+        return Note(
+            "ReclaimBlocked", "Warning",
+            f"Cannot destroy MIG partition {event.instance_uuid or '(never created)'} on card "
+            f"{event.card} (claim {event.claim_id}): the card is lost (it stopped answering) "
+            f"after {event.attempts} attempt(s): {event.message}; the claim is abandoned, since "
+            "a lost card keeps no partition once it is reset",
+            f"DestroyFailed/{event.claim_id}/{event.attempts}",
+        )
     if isinstance(event, DestroyFailed):
         return Note(
             "ReclaimBlocked", "Warning",
@@ -81,7 +91,22 @@ def describe(event: PartitionEvent) -> Note | None:
             f"Allocate of {len(event.device_ids)} {event.resource} refused: {event.reason}",
             f"AllocateRefused/{event.pod_uid}/{event.resource}/{devices}/{event.reason}",
         )
+    if isinstance(event, CardUnhealthy):
+        return _card_unhealthy(event)
     return None
+
+
+def _card_unhealthy(event: CardUnhealthy) -> Note:
+    what = (f"its MIG partition {event.instance_uuid} on card {event.card}"
+            if event.scope == "instance" else f"card {event.card}, which holds its partition,")
+    said = f"XID {event.xid}" if event.xid else event.cause
+    return Note(
+        "PartitionCardUnhealthy", "Warning",
+        f"{what[0].upper()}{what[1:]} failed ({said}: {event.meaning}; claim {event.claim_id}); "
+        "no new partition is placed there until it recovers, and this Pod's partition is left "
+        "as it is",
+        f"CardUnhealthy/{event.claim_id}/{event.card}/{event.cause}/{event.at:.3f}",
+    )
 
 
 def scope_of(event: PartitionEvent) -> str | None:
@@ -90,7 +115,7 @@ def scope_of(event: PartitionEvent) -> str | None:
     and the reclaimer's), the node scope for refusals (the allocator's alone)."""
     if isinstance(event, ClaimChanged | DestroyFailed):
         return card_token(event.card)
-    if isinstance(event, AllocateRefused):
+    if isinstance(event, AllocateRefused | CardUnhealthy):
         return NODE_SCOPE
     return None
 

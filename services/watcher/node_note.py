@@ -26,6 +26,7 @@ from services.watcher.kube import Kube
 log = logging.getLogger(__name__)
 
 LABEL = "partkeeper.io/slices-enforced"
+CARD_HEALTH = "partkeeper.io/card-{index}-health"
 ANNOTATION = "partkeeper.io/slice-limiter"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -38,6 +39,20 @@ def note(limiter: str) -> dict[str, Any]:
             "whole card")
     return {"metadata": {"labels": {LABEL: "true" if enforced else "false"},
                          "annotations": {ANNOTATION: said}}}
+
+
+def card_note(card: int, health: str, cause: str, meaning: str) -> dict[str, Any]:
+    """The Node metadata patch for one card's health (pure): `failed: xid-48 (...)` or
+    `lost: ...` while it takes no partition; removed (null in a merge patch) once it is ok."""
+    key = CARD_HEALTH.format(index=card)
+    said = None if health == "ok" else f"{health}: {cause} ({meaning}); takes no new partition"
+    return {"metadata": {"annotations": {key: said}}}
+
+
+async def note_card(kube: Kube, body: dict[str, Any]) -> None:
+    """Patch the Node once (the entry that asked is retried by its consumer on failure)."""
+    await asyncio.to_thread(kube.api.patch_node, kube.node, body, _content_type=MERGE_PATCH,
+                            _request_timeout=kube.request_timeout)
 
 
 async def keep(kube: Kube, limiter: str, period: float = 600.0) -> None:

@@ -31,8 +31,16 @@ from partkeeper import backoff
 from partkeeper.bus import ConsumerRunner, Permanent, Retry
 from partkeeper.bus.consumer import Delivery
 from partkeeper.telemetry import logs, metrics, tracing
-from schemas import PartitionEvent, decode
-from schemas.names import STREAM_PARTITIONS, ConsumerSpec, dlq_subject, durable_name, parts_filter
+from schemas import CardHealthChanged, PartitionEvent, decode
+from schemas.names import (
+    NODE_SCOPE,
+    STREAM_PARTITIONS,
+    ConsumerSpec,
+    dlq_subject,
+    durable_name,
+    parts_filter,
+)
+from services.watcher import node_note
 from services.watcher.kube import Kube, KubeError, PodIdentity
 from services.watcher.kube_events import (
     BadTarget,
@@ -86,6 +94,9 @@ class EventRecorder:
         await self.runner.run()
 
     async def handle(self, event: PartitionEvent, delivery: Delivery) -> None:
+        if isinstance(event, CardHealthChanged):
+            await self._card(event, delivery)
+            return
         note = describe(event)
         if note is None:
             return
@@ -111,6 +122,27 @@ class EventRecorder:
                         extra={"pod_uid": pod_uid_of(event)})
             return
         await self._record(event, note, pod, delivery.attempt)
+
+    async def _card(self, event: CardHealthChanged, delivery: Delivery) -> None:
+        """A card's health, noted on this Node: only from the allocator's node-wide subject and
+        about this node. A failed patch is retried like an Event, then let go (advice)."""
+        if delivery.subject.rsplit(".", 1)[-1] != NODE_SCOPE or event.node != self.kube.node:
+            log.warning("no note of card %d's health: it came on %s, not the allocator's "
+                        "subject of this node", event.card, delivery.subject)
+            return
+        try:
+            await node_note.note_card(self.kube, node_note.card_note(
+                event.card, event.health, event.cause, event.meaning))
+        except Exception as exc:
+            if delivery.attempt < self.tuning.event_attempts:
+                raise Retry(f"noting card {event.card}'s health on the Node: {exc}",
+                            delay=backoff.delay(delivery.attempt,
+                                                base=self.tuning.event_retry_base,
+                                                cap=self.tuning.event_retry_cap)) from exc
+            log.warning("card %d's health (%s) not noted on Node %s: %s; it is advice, the "
+                        "entry is acknowledged", event.card, event.health, self.kube.node, exc)
+            return
+        log.info("Node %s notes card %d %s", self.kube.node, event.card, event.health)
 
     async def _target(self, event: PartitionEvent) -> PodIdentity | None:
         """The Pod as the view holds it on this node (tombstones included); None when the view

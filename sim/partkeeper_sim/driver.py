@@ -27,6 +27,7 @@ import msgspec
 from partkeeper.drivers import mig, profiles
 from partkeeper.drivers.base import (
     Card,
+    CardLostError,
     ContainerEdits,
     DriverError,
     IdentityMismatchError,
@@ -40,11 +41,13 @@ from partkeeper.drivers.base import (
     UnknownError,
     identity_mismatch,
     issued_identity,
+    lost_card,
     nvidia_card_edits,
     nvidia_edits,
     slot_identity,
 )
 from partkeeper.drivers.vendor import one_partition
+from partkeeper_sim import driver_health
 from partkeeper_sim.driver_state import (
     FAULT_ERRORS,
     FAULT_OPS,
@@ -61,6 +64,7 @@ from partkeeper_sim.driver_state import (
     SimInstance,
     SimState,
     StateLock,
+    card_health,
     card_uuid,
     check_state,
     encode_state,
@@ -190,6 +194,9 @@ class SimDriver:
         outside the lock and comes back; one given none needs no second transaction."""
         with self._locked(op):
             state = self._read(op)
+            if where[0] is not None and where[0] in state.lost:
+                # As NVML answers for a card fallen off the bus (NVML_ERROR_GPU_IS_LOST).
+                raise CardLostError(op, where[0], where[1], "GPU is lost")
             if latency is not None and (ms := state.latency_ms.get(latency, 0)):
                 raise _Slow(ms / 1000.0)
             taken = _take_fault(state, fault, op, where) if fault is not None else None
@@ -213,7 +220,9 @@ class SimDriver:
         def read(state: SimState) -> list[Card]:
             self._remember(state)
             return [
-                Card(c.index, c.uuid, c.model, c.mode, profiles.model(c.model).memory_mib)
+                lost_card(c.index, CardLostError("list", c.index, None, "GPU is lost"))
+                if c.index in state.lost
+                else Card(c.index, c.uuid, c.model, c.mode, profiles.model(c.model).memory_mib)
                 for c in state.cards
             ]
 
@@ -266,7 +275,8 @@ class SimDriver:
         return model
 
     def is_busy(self, instance: Instance) -> bool:
-        return self._transact("busy", lambda s: _find(s, instance, "busy")[1].busy)
+        return self._transact("busy", lambda s: _find(s, instance, "busy")[1].busy,
+                              where=(instance.card, instance.uuid))
 
     def container_edits(self, instances: Sequence[Instance]) -> ContainerEdits:
         """Each vendor's rules without its device nodes (the sim has none): NVIDIA's env for
@@ -334,6 +344,30 @@ class SimDriver:
             return {"op": op, "times": times, "error": error}
 
         return self._transact("fail", mutate)
+
+    def fail_card(self, card: int, xid: int, instance: str | None = None) -> dict[str, Any]:
+        """Card `card` reports XID `xid` (on the partition `instance`, if given)."""
+
+        def mutate(state: SimState) -> dict[str, Any]:
+            return msgspec.to_builtins(driver_health.report(state, card, xid, instance))
+
+        return self._transact("fail", mutate)
+
+    def recover_card(self, card: int) -> dict[str, Any]:
+        """Card `card` was reset and answers again."""
+
+        def mutate(state: SimState) -> dict[str, Any]:
+            return msgspec.to_builtins(driver_health.recover(state, card))
+
+        return self._transact("recover", mutate)
+
+    def card_health(self, card: int) -> tuple[str, list[int]]:
+        """("ok" | "failed" | "lost", the fatal XIDs since the last recovery), as `sim list`
+        says them: `partkeeper probe` shows it for the sim's cards."""
+        return card_health(self._read("list"), card)
+
+    def events(self) -> driver_health.SimEvents:
+        return driver_health.SimEvents(self.path)
 
     def latency(self, op: LatencyOp, ms: int) -> dict[str, Any]:
         """Every later `op` (create or destroy) takes `ms` milliseconds, until set to 0."""

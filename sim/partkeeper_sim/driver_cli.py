@@ -64,11 +64,19 @@ def register(
     state.add_argument("--on", dest="on", action="store_true")
     state.add_argument("--off", dest="on", action="store_false")
 
-    fail = command("fail", _fail, "make the next K driver calls of an operation fail")
-    fail.add_argument("--op", required=True, choices=("create", "destroy", "list"))
-    fail.add_argument("--times", type=int, required=True, help="how many calls fail (0 clears)")
+    fail = command("fail", _fail, "make the next K driver calls of an operation fail (--op), "
+                   "or make a card report an XID (--card)")
+    what = fail.add_mutually_exclusive_group(required=True)
+    what.add_argument("--op", choices=("create", "destroy", "list"))
+    what.add_argument("--card", type=int, help="card index: it reports --xid")
+    fail.add_argument("--times", type=int, help="with --op: how many calls fail (0 clears)")
     fail.add_argument("--error", default="unknown", choices=("in_use", "unknown", "halfway"),
                       help="halfway (create, destroy): stop between the two steps")
+    fail.add_argument("--xid", type=int, help="with --card: the XID (79: the card is lost)")
+    fail.add_argument("--instance", help="with --card: the MIG UUID of the partition it names")
+
+    recover = command("recover", _recover, "a failed card was reset and answers again")
+    recover.add_argument("--card", type=int, required=True, help="card index")
 
     latency = command("latency", _latency, "make every later create or destroy take this long")
     latency.add_argument("--op", required=True, choices=("create", "destroy"))
@@ -144,8 +152,22 @@ def _busy(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
 
 
 def _fail(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
+    if args.card is not None:
+        if args.xid is None or args.times is not None:
+            raise ValueError("fail --card takes --xid (and --instance), not --times")
+        result = _driver(path).fail_card(args.card, args.xid, args.instance)
+        on = f"partition {args.instance} of card {args.card}" if args.instance else (
+            f"card {args.card}")
+        return result, f"{on} reported XID {args.xid}"
+    if args.times is None or args.xid is not None or args.instance is not None:
+        raise ValueError("fail --op takes --times (and --error), not --xid or --instance")
     result = _driver(path).fail(args.op, args.times, args.error)
     return result, f"the next {args.times} {args.op} calls fail with {args.error}"
+
+
+def _recover(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
+    result = _driver(path).recover_card(args.card)
+    return result, f"card {args.card} was reset and answers again"
 
 
 def _latency(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
@@ -196,6 +218,8 @@ def _table(view: dict[str, Any]) -> str:
     latencies = [f"{op} {ms} ms" for op, ms in view.get("latency_ms", {}).items() if ms]
     if faults:
         lines.append("injected failures: " + ", ".join(faults))
+    if view.get("lost"):
+        lines.append("lost cards: " + ", ".join(str(c) for c in view["lost"]))
     if latencies:
         lines.append("latencies: " + ", ".join(latencies))
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from partkeeper.drivers import profiles
+from partkeeper.drivers import cardhealth, profiles
 
 FaultOp = Literal["create", "destroy", "list"]
 FaultKind = Literal["in_use", "unknown", "halfway"]
@@ -62,11 +62,30 @@ class Fault(msgspec.Struct, forbid_unknown_fields=True):
     error: FaultKind = "unknown"
 
 
+class CardReport(msgspec.Struct, forbid_unknown_fields=True):
+    """One card event, as NVML's event set would deliver it (`partkeeper sim fail --card`,
+    `sim recover`); `seq` orders them for every reader of the file."""
+
+    seq: int
+    card: int
+    kind: Literal["xid", "recovered"]
+    xid: int = 0
+    gi_id: int = -1  # the GPU and compute instance an XID names, -1 for the whole card
+    ci_id: int = -1
+
+
+# How many card events the state file keeps: a reader further behind misses the oldest.
+MAX_CARD_REPORTS = 64
+
+
 class SimState(msgspec.Struct, forbid_unknown_fields=True):
     version: int
     cards: list[SimCard]
     faults: dict[FaultOp, Fault] = msgspec.field(default_factory=dict)
     latency_ms: dict[LatencyOp, _Count] = msgspec.field(default_factory=dict)
+    # Fields added after version 1 with defaults, so an older state file reads unchanged.
+    reports: list[CardReport] = msgspec.field(default_factory=list)
+    lost: list[int] = msgspec.field(default_factory=list)  # cards fallen off the bus (XID 79)
 
 
 def card_uuid(seed: str, index: int, model: str) -> str:
@@ -231,9 +250,32 @@ def init_state(
 
 
 def snapshot(state: SimState) -> dict[str, Any]:
-    """The `sim list --json` shape (docs/contract.md section 6): the state plus `memory_mib`."""
+    """The `sim list --json` shape (docs/contract.md section 6): the state plus `memory_mib`,
+    and each card's `health` and fatal `xids` since its last recovery."""
     view: dict[str, Any] = msgspec.to_builtins(state)
     for card in view["cards"]:
         card["memory_mib"] = profiles.model(card["model"]).memory_mib
         card["instances"].sort(key=lambda i: i["start"])
+        card["health"], card["xids"] = card_health(state, card["index"])
     return view
+
+
+def card_health(state: SimState, card: int) -> tuple[str, list[int]]:
+    """("ok" | "failed" | "lost", the fatal XIDs reported since the card's last recovery), by
+    the rule the services apply (partkeeper/drivers/cardhealth.py, default switches)."""
+    mine = [r for r in state.reports if r.card == card]
+    last = max((i + 1 for i, r in enumerate(mine) if r.kind == "recovered"), default=0)
+    rules = cardhealth.policy()
+    fatal: list[int] = []
+    failed = False
+    for r in mine[last:]:
+        gi = r.gi_id if r.gi_id >= 0 else cardhealth.NO_INSTANCE
+        ci = r.ci_id if r.ci_id >= 0 else cardhealth.NO_INSTANCE
+        event = cardhealth.CardEvent(card, cardhealth.EventKind.XID, r.xid, gi, ci)
+        scope = cardhealth.classify(event, rules).scope
+        if scope is not cardhealth.Scope.NONE:
+            fatal.append(r.xid)
+        failed = failed or scope is cardhealth.Scope.CARD
+    if card in state.lost:
+        return "lost", fatal
+    return ("failed" if failed else "ok"), fatal

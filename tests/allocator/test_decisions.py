@@ -65,6 +65,15 @@ def test_health_table(claims, dead, placeable, expected) -> None:
     assert list(tokens.health(TOKENS, held, placeable).values()) == expected
 
 
+def test_a_claim_on_a_failed_card_holds_its_token_unhealthy() -> None:
+    """DESIGN.md, "Card health": the tokens a failed card's claims hold are Unhealthy; the others
+    are judged as ever. Without the `failed` judgement the live Pod's token stays Healthy."""
+    on_failed, elsewhere = claim("a", ["t0"]), claim("b", ["t1"], uid=OTHER)
+    held = tokens.holds([on_failed, elsewhere], R, lambda uid: False,
+                        lambda c: c.id == on_failed.id)
+    assert list(tokens.health(TOKENS, held, 1).values()) == [False, True, True, False]
+
+
 holds = st.dictionaries(
     st.sampled_from(TOKENS),
     st.builds(tokens.Hold, claim_id=st.text(min_size=1, max_size=3),

@@ -106,6 +106,33 @@ def test_place_never_overlaps_and_follows_the_rule(board, profile) -> None:
     assert spot.range == min(fits[spot.card])
 
 
+@given(boards(), profiles, st.sets(st.integers(0, 2)), st.integers(1, 3))
+@settings(max_examples=300, deadline=None)
+def test_a_failed_card_takes_nothing_and_the_others_place_as_without_it(
+    board, profile, failed, count
+) -> None:
+    """DESIGN.md, "Card health": no Allocate places on a failed card; the healthy cards place
+    exactly as they would on a node without it."""
+    cards, claims, instances = board
+    legal = {c: H100[profile].placements() for c in range(cards)}
+    spots = place(legal, claims, instances, count=count, failed=frozenset(failed))
+    others = {c: r for c, r in legal.items() if c not in failed}
+    assert spots == place(others, [c for c in claims if c.card not in failed],
+                          [i for i in instances if i.card not in failed], count=count)
+    assert spots is None or not any(s.card in failed for s in spots)
+
+
+@given(boards(), profiles, st.sets(st.integers(0, 2)))
+@settings(max_examples=200, deadline=None)
+def test_a_failed_cards_room_counts_for_nothing(board, profile, failed) -> None:
+    cards, claims, instances = board
+    offer = catalog.offers([card(c, "H100-80GB") for c in range(cards)], prefix="p/",
+                           sliced_resource="s", slices_per_card=4)["p/" + profile]
+    free = capacity.free_per_card(offer, claims, instances, frozenset(failed))
+    whole = capacity.free_per_card(offer, claims, instances)
+    assert free == {c: 0 if c in failed else n for c, n in whole.items()}
+
+
 def brute_force(legal: tuple[tuple[int, int], ...], taken: list[tuple[int, int]]) -> int:
     free = [r for r in legal if not any(overlaps(r, t) for t in taken)]
     for k in range(len(free), 0, -1):

@@ -152,3 +152,12 @@ def test_the_longest_node_name_that_fits_is_accepted() -> None:
     assert load({"PK_NODE_NAME": fits}).node == fits
     with pytest.raises(ConfigError):
         load({"PK_NODE_NAME": fits + "n"})
+
+
+def test_the_xid_switches_are_checked_at_start() -> None:
+    rules = config.load({"PK_HEALTH_IGNORE_XIDS": "48, 63", "PK_HEALTH_ENABLE_XIDS": "13"}
+                        ).xid_policy()
+    assert rules.ignores(48) and rules.ignores(31) and not rules.ignores(13)
+    assert config.load({"PK_HEALTH_IGNORE_XIDS": "all"}).xid_policy().ignores(79)
+    with pytest.raises(config.ConfigError, match="PK_HEALTH_IGNORE_XIDS"):
+        config.load({"PK_HEALTH_IGNORE_XIDS": "79;48"})

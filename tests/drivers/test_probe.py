@@ -193,3 +193,23 @@ def test_check_says_no_where_a_second_session_missed_a_change() -> None:
     assert "--mutate: created card 0 1g.10gb at 1: MIG-x (UUID from the walk)" in lines
     assert "  the reply would be refused: cannot create /dev/nvidia-caps/x" in lines
     assert lines[-1] == "  a second NVML session sees the create: yes, and the destroy: NO"
+
+
+def test_probe_shows_a_failed_and_a_lost_card_and_keeps_listing(tmp_path: Path) -> None:
+    state = tmp_path / "sim.json"
+    env = {"PK_DRIVER": "sim", "PK_SIM_STATE": str(state)}
+    cli = [sys.executable, "-m", "partkeeper", "sim"]
+    subprocess.run([*cli, "init", "--state", str(state), "--cards", "H100-80GB,A100-40GB"],
+                   check=True, capture_output=True, timeout=60)
+    for card, xid in ((0, 48), (1, 79)):
+        subprocess.run([*cli, "fail", "--state", str(state), "--card", str(card), "--xid",
+                        str(xid)], check=True, capture_output=True, timeout=60)
+    result = probe(env, "--json")
+    assert result.returncode == 0, result.stderr
+    failed, lost = json.loads(result.stdout)["cards"]
+    assert (failed["health"], failed["xids"], failed["matches_tables"]) == ("failed", [48], True)
+    assert (lost["health"], lost["problem"], lost["instances"]) == (
+        "lost", "lost: GPU is lost", [])
+    text = probe(env).stdout
+    assert "FAILED: fatal XID(s) 48" in text
+    assert "card 1 LOST: GPU is lost" in text

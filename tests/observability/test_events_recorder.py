@@ -5,6 +5,7 @@ own view holds on this node, so each test's Pod is bound to the node and in the 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -17,7 +18,7 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from partkeeper.bus import publish
 from partkeeper_sim.apiserver import ApiServerThread
-from schemas import ForeignFound, PodRecord, decode
+from schemas import CardHealthChanged, ForeignFound, PodRecord, decode
 from schemas.names import (
     BUCKET_PODS,
     STREAM_DLQ,
@@ -28,9 +29,10 @@ from schemas.names import (
     parts_subject,
     pods_key,
 )
+from services.watcher.node_note import CARD_HEALTH
 from services.watcher.recorder import SERVICE
 from tests_support import until
-from tests_support.entries import MIG, claim, destroy_failed, refused
+from tests_support.entries import MIG, card_unhealthy, claim, destroy_failed, refused
 from tests_support.kubeclient import pod_manifest
 from tests_support.observability import DEADLINE, acknowledged
 from tests_support.watcher import EVENTS_FAST, log_lines
@@ -250,3 +252,46 @@ async def test_no_event_on_a_pod_of_another_node_nor_from_another_services_subje
     assert ours(apiserver, theirs) == []
     assert [e["reason"] for e in ours(apiserver, uid)] == ["AllocateRefused"]
     assert len(apiserver.events()) == 1
+
+
+async def test_a_failed_card_becomes_a_warning_on_its_pod_from_the_allocators_subject_only(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    """CardUnhealthy is the allocator's (its node-wide subject); the same entry on a card's
+    subject, which the reclaimer may publish on, records nothing."""
+    await start_watcher(EVENTS_FAST)
+    uid = await held(apiserver, js, node)
+    forged = msgspec.structs.replace(card_unhealthy(pod_uid=uid), node=node, at=time.time())
+    await publish(js, parts_subject(node, 1), forged, msg_id=f"forged/{uuid.uuid4().hex}")
+    entry = msgspec.structs.replace(card_unhealthy(pod_uid=uid), node=node, at=time.time())
+    ack = await publish(js, parts_subject(node, None), entry, msg_id=f"real/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    [event] = ours(apiserver, uid)
+    assert (event["reason"], event["type"]) == ("PartitionCardUnhealthy", "Warning")
+    assert "Card 1" in event["message"] and "XID 48" in event["message"]
+    assert "double-bit ECC" in event["message"]
+
+
+async def test_a_cards_health_is_noted_on_the_node_from_the_allocators_subject_only(
+    apiserver: ApiServerThread, start_watcher: Any, js: JetStreamContext, node: str
+) -> None:
+    await asyncio.to_thread(apiserver.add_node, node, {})
+    await start_watcher(EVENTS_FAST)
+    key = CARD_HEALTH.format(index=1)
+
+    def noted() -> str | None:
+        return (apiserver.get_node(node)["metadata"].get("annotations") or {}).get(key)
+
+    failed = CardHealthChanged(node=node, at=time.time(), card=1, health="failed",
+                               cause="xid-48", meaning="double-bit ECC error")
+    await publish(js, parts_subject(node, 1), failed, msg_id=f"forged/{uuid.uuid4().hex}")
+    ack = await publish(js, parts_subject(node, None), failed, msg_id=f"f/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    assert noted() == "failed: xid-48 (double-bit ECC error); takes no new partition"
+    ok = msgspec.structs.replace(failed, health="ok", cause="", meaning="", at=time.time())
+    ack = await publish(js, parts_subject(node, 1), ok, msg_id=f"forged/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    assert noted() is not None  # a card's subject may not clear it
+    ack = await publish(js, parts_subject(node, None), ok, msg_id=f"ok/{uuid.uuid4().hex}")
+    await all_acknowledged(js, node, ack.seq)
+    assert noted() is None

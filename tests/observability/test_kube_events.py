@@ -14,7 +14,7 @@ from services.watcher.kube_events import (
     event_name,
     named_pod,
 )
-from tests_support.entries import MIG, UID, claim, destroy_failed, refused
+from tests_support.entries import MIG, UID, card_unhealthy, claim, destroy_failed, refused
 
 TABLE: list[tuple[str, PartitionEvent, tuple[str, str, list[str]] | None]] = [
     ("creating is not worth an Event", claim("creating", instance_uuid=None), None),
@@ -32,6 +32,16 @@ TABLE: list[tuple[str, PartitionEvent, tuple[str, str, list[str]] | None]] = [
     ("destroy blocked", destroy_failed(), ("ReclaimBlocked", "Warning",
         ["Cannot destroy MIG partition", MIG, "card 1", "in use after 3 attempt(s)",
          "a process holds the instance"])),
+    ("destroy of a lost card's partition: abandoned, not retried",
+        destroy_failed(reason="card_lost", message="GPU is lost"), ("ReclaimBlocked", "Warning",
+        ["card 1", "the card is lost", "3 attempt(s)", "the claim is abandoned"])),
+    ("a failed card tells the Pod on it", card_unhealthy(), ("PartitionCardUnhealthy",
+        "Warning", ["Card 1", "failed", "XID 48", "double-bit ECC", "claim c1"])),
+    ("a failed partition tells its own Pod", card_unhealthy(scope="instance", xid=94,
+        cause="xid-94", meaning="XID 94: contained ECC error"), ("PartitionCardUnhealthy",
+        "Warning", [f"Its MIG partition {MIG} on card 1 failed", "XID 94"])),
+    ("a lost card", card_unhealthy(cause="lost", xid=79, meaning="the card stopped answering"),
+        ("PartitionCardUnhealthy", "Warning", ["XID 79", "stopped answering"])),
     ("refusal naming its Pod", refused(), ("AllocateRefused", "Warning",
         ["Allocate of 2 nvidia.com/mig-1g.10gb refused",
          "no 1g.10gb placement is free on any card"])),

@@ -124,3 +124,48 @@ def test_a_claim_is_released_only_towards_removal(c: Claim, pod: PodVerdict) -> 
         after = decide(released, seen, pod, NOW, create_timeout=TIMEOUT)
         if c.state in ("creating", "active", "releasing"):
             assert after.step in (Step.WAIT, Step.DESTROY, Step.REMOVE)
+
+
+LOST = Sighting(listed=False, lost=True)
+
+
+def _tried(c: Claim, attempts: int) -> Claim:
+    return msgspec.structs.replace(c, release_attempts=attempts)
+
+
+@pytest.mark.parametrize(
+    ("name", "claim_", "pod", "step"),
+    [
+        ("releasing on a lost card, first try", claim("releasing"), "gone", Step.LOST),
+        ("releasing, bound nearly reached", _tried(claim("releasing"), 3), "gone", Step.LOST),
+        ("releasing, bound reached", _tried(claim("releasing"), 4), "gone", Step.ABANDON),
+        ("releasing past the bound (a lower bound since)", _tried(claim("releasing"), 9),
+         "finished", Step.ABANDON),
+        ("active, Pod live, card lost", _tried(claim("active"), 9), "live", Step.KEEP),
+        ("active, Pod unknown, card lost", claim("active"), "unknown", Step.KEEP),
+        ("active, Pod gone, card lost", claim("active"), "gone", Step.RELEASE),
+        ("releasing mid-create, young, card lost", claim("releasing", recorded=False, age=5),
+         "gone", Step.WAIT),
+        ("releasing slice, card lost", claim("releasing", kind="slice"), "gone", Step.REMOVE),
+    ],
+)
+def test_a_lost_card(name: str, claim_: Claim, pod: PodVerdict, step: Step) -> None:
+    chosen = decide(claim_, LOST, pod, NOW, create_timeout=TIMEOUT, lost_bound=5)
+    assert chosen.step is step, (name, chosen.why)
+
+
+@given(c=claims, pod=verdicts, attempts=st.integers(0, 12), bound=st.integers(1, 8))
+def test_a_lost_card_never_abandons_a_claim_it_should_not(
+    c: Claim, pod: PodVerdict, attempts: int, bound: int
+) -> None:
+    c = _tried(c, attempts)
+    chosen = decide(c, LOST, pod, NOW, create_timeout=TIMEOUT, lost_bound=bound)
+    if chosen.step is Step.ABANDON:
+        # Only a released partition claim, only once its bound of attempts is used up.
+        assert c.state == "releasing" and c.kind == "partition"
+        assert attempts + 1 >= bound
+    if chosen.step is Step.LOST:
+        assert c.state == "releasing" and attempts + 1 < bound
+    # A health fault never ends a claim of a Pod not confirmed dead.
+    if c.state in ("creating", "active") and not is_dead(pod):
+        assert chosen.step is Step.KEEP

@@ -35,6 +35,8 @@ from schemas import (
 )
 from schemas.events import (
     AllocateRefused,
+    CardHealthChanged,
+    CardUnhealthy,
     ClaimChanged,
     DestroyFailed,
     ForeignFound,
@@ -55,14 +57,17 @@ KINDS: dict[str, Any] = {
     "ReclaimNow": ReclaimNow, "ReclaimNowReply": ReclaimNowReply,
 }
 STRUCTS = (PodSeen, PodFinished, PodGone, ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
-           WorkdirCollected, AllocateRefused, CardClaims, PodRecord, NodeCapacity, PodsGet,
-           PodsGetReply, PendingPodsQuery, PendingPodsReply, ClaimsQuery, ClaimsReply, ReclaimNow,
-           ReclaimNowReply)
+           WorkdirCollected, AllocateRefused, CardUnhealthy, CardHealthChanged, CardClaims,
+           PodRecord, NodeCapacity, PodsGet, PodsGetReply, PendingPodsQuery, PendingPodsReply,
+           ClaimsQuery, ClaimsReply, ReclaimNow, ReclaimNowReply)
 # The union each event is decoded as (a union is a typing form, not a `type`: hence Any).
 UNION_OF: dict[type, Any] = {**dict.fromkeys((PodSeen, PodFinished, PodGone), PodEvent),
             **dict.fromkeys((ClaimChanged, DestroyFailed, ForeignFound, ForeignGone,
-                             WorkdirCollected, AllocateRefused), PartitionEvent)}
-TAGS = ["PodSeen", "PodFinished", "PodGone", "ClaimChanged", "CardClaims", "PodRecord",
+                             WorkdirCollected, AllocateRefused, CardUnhealthy,
+                             CardHealthChanged),
+                                            PartitionEvent)}
+TAGS = ["PodSeen", "PodFinished", "PodGone", "ClaimChanged", "CardUnhealthy", "CardClaims",
+        "PodRecord",
         "NodeCapacity", "PodsGet", "ClaimsQuery", "ReclaimNow", "Nope", ""]
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

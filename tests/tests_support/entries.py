@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from schemas import AllocateRefused, ClaimChanged, DestroyFailed
+from schemas import AllocateRefused, CardUnhealthy, ClaimChanged, DestroyFailed
 from schemas.events import ClaimState
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -35,5 +35,14 @@ def refused(**fields: Any) -> AllocateRefused:
         node="n", at=1.0, resource="nvidia.com/mig-1g.10gb", device_ids=["t2", "t1"],
         reason="no 1g.10gb placement is free on any card", pod_uid=UID, namespace="ml",
         name="train-0",
+    )
+    return msgspec.structs.replace(base, **fields)
+
+
+def card_unhealthy(**fields: Any) -> CardUnhealthy:
+    base = CardUnhealthy(
+        node="n", at=1.0, card=1, cause="xid-48", xid=48,
+        meaning="XID 48: double-bit ECC error: uncorrectable memory error", claim_id="c1",
+        pod_uid=UID, namespace="ml", name="train-0", instance_uuid=MIG,
     )
     return msgspec.structs.replace(base, **fields)

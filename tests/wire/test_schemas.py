@@ -125,3 +125,46 @@ def test_names_with_dots_and_wildcards_stay_one_token() -> None:
 def test_non_canonical_tokens_are_refused(token: str) -> None:
     with pytest.raises(TokenError):
         decode_token(token)
+
+
+def test_card_unhealthy_is_an_addition_older_readers_refuse_cleanly() -> None:
+    """CardUnhealthy (card health) was added within version 1. A reader of this build decodes
+    it; a reader that predates it (its union lacks the tag) gets the one SchemaError, so its
+    consumer dead-letters the entry and nothing changes. A capacity document a newer allocator
+    writes with the card-health fields decodes under the older CardView, which ignores them."""
+    import msgspec
+
+    from schemas import CardUnhealthy, NodeCapacity, PartitionEvent
+    from schemas.documents import CardView
+    from schemas.events import (
+        AllocateRefused,
+        ClaimChanged,
+        DestroyFailed,
+        ForeignFound,
+        ForeignGone,
+        WorkdirCollected,
+    )
+
+    entry = CardUnhealthy(node="n", at=1.0, card=0, cause="xid-48", xid=48,
+                          meaning="double-bit ECC error", claim_id="c", pod_uid="u",
+                          namespace="ml", name="p")
+    assert decode(encode(entry), PartitionEvent) == entry
+    older = (ClaimChanged | DestroyFailed | ForeignFound | ForeignGone | WorkdirCollected
+             | AllocateRefused)
+    with pytest.raises(SchemaError, match="CardUnhealthy"):
+        decode(encode(entry), older)
+
+    class OlderCardView(msgspec.Struct, frozen=True, kw_only=True):
+        index: int
+        uuid: str
+        model: str
+        mode: str
+
+    view = CardView(index=0, uuid="GPU-0", model="H100-80GB", mode="partition",
+                    health="lost", cause="lost", meaning="the card stopped answering")
+    doc = NodeCapacity(node="n", at=1.0, cards=[view])
+    assert decode(encode(doc), NodeCapacity).cards[0].health == "lost"
+    assert msgspec.json.decode(msgspec.json.encode(view), type=OlderCardView).index == 0
+    without = msgspec.json.decode(msgspec.json.encode(
+        {"index": 0, "uuid": "GPU-0", "model": "H100-80GB", "mode": "partition"}), type=CardView)
+    assert without.health == "ok"  # what an older allocator wrote reads as healthy

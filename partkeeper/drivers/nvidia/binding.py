@@ -29,6 +29,7 @@ from partkeeper.devices import (
 from partkeeper.drivers import mig, profiles
 from partkeeper.drivers.base import (
     Card,
+    CardLostError,
     ContainerEdits,
     DriverError,
     Instance,
@@ -43,6 +44,7 @@ from partkeeper.drivers.base import (
     slot_identity,
 )
 from partkeeper.drivers.nvidia import tables
+from partkeeper.drivers.nvidia.events import NvmlEvents
 from partkeeper.drivers.nvidia.tables import model_for
 
 __all__ = ["NvmlDriver", "model_for"]
@@ -81,6 +83,9 @@ class NvmlBinding(mig.Binding):
     def close(self) -> None:
         self.read("close", None, "shutting NVML down", self.nv.nvmlShutdown)
 
+    def events(self) -> NvmlEvents:
+        return NvmlEvents(self.nv, self.count())
+
     # -- NVML calls with their errors mapped --------------------------------------------------
 
     def _code(self, exc: BaseException) -> int | None:
@@ -91,7 +96,11 @@ class NvmlBinding(mig.Binding):
         try:
             return fn(*args)
         except self.nv.NVMLError as exc:
-            raise ReadError(op, card, None, f"{what}: {exc}") from exc
+            kind = CardLostError if self._lost(exc) else ReadError
+            raise kind(op, card, None, f"{what}: {exc}") from exc
+
+    def _lost(self, exc: BaseException) -> bool:
+        return self._code(exc) == self.nv.NVML_ERROR_GPU_IS_LOST
 
     def _change(self, op: str, card: int, instance: str | None, what: str,
                 fn: Callable[..., T], *args: Any) -> T:
@@ -106,7 +115,9 @@ class NvmlBinding(mig.Binding):
         """An NVML change failed: in-use and not-found keep their meaning, the rest is unknown."""
         code, nv = self._code(exc), self.nv
         kind: type[DriverError] = UnknownError
-        if code == nv.NVML_ERROR_IN_USE:
+        if code == nv.NVML_ERROR_GPU_IS_LOST:
+            kind = CardLostError
+        elif code == nv.NVML_ERROR_IN_USE:
             kind = InUseError
         elif code == nv.NVML_ERROR_NOT_FOUND and op == "destroy":
             kind = NotFoundError
@@ -119,7 +130,8 @@ class NvmlBinding(mig.Binding):
         try:
             return fn(*args)
         except self.nv.NVMLError as exc:
-            raise UnknownError("create", card, None, str(exc)) from exc
+            kind = CardLostError if self._lost(exc) else UnknownError
+            raise kind("create", card, None, str(exc)) from exc
 
     # -- cards --------------------------------------------------------------------------------
 

@@ -2,13 +2,16 @@
 
 A function of one snapshot: the same claims, instances and Pod states always give the same
 lists. Occupied = claims (any state) union physical instances, foreign ones included, so a slot
-is advertised free only when nothing covers it (invariant 5).
+is advertised free only when nothing covers it (invariant 5). A failed card (DESIGN.md, "Card
+health") offers nothing: its free room counts for no token, and the tokens its claims hold are
+Unhealthy (as are those of a partition that failed by itself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from schemas import Claim, NodeCapacity
 from schemas.documents import CardView, InstanceView, ResourceCapacity
@@ -26,18 +29,19 @@ class Advert:
 def advertise(offers: Mapping[str, Offer], snap: Snapshot, node: str, now: float) -> Advert:
     claims = snap.claims
     instances = snap.all_instances
+    failed = snap.failed
     health: dict[str, dict[str, bool]] = {}
     resources: dict[str, ResourceCapacity] = {}
     for offer in offers.values():
-        free = sum(capacity.free_per_card(offer, claims, instances).values())
-        held = tokens.holds(claims, offer.resource, snap.is_dead)
+        free = sum(capacity.free_per_card(offer, claims, instances, failed).values())
+        held = tokens.holds(claims, offer.resource, snap.is_dead, snap.claim_failed)
         health[offer.resource] = tokens.health(offer.tokens, held, free)
         healthy = sum(health[offer.resource].values())
         resources[offer.resource] = ResourceCapacity(
             total=len(offer.tokens), healthy=healthy, unhealthy=len(offer.tokens) - healthy,
             free=free,
         )
-    per_card = capacity.by_card(offers, claims, instances)
+    per_card = capacity.by_card(offers, claims, instances, failed)
     doc = NodeCapacity(
         node=node,
         at=now,
@@ -60,10 +64,23 @@ def _card_view(snap: Snapshot, index: int, free: dict[str, int]) -> CardView:
         )
         for i in snap.instances.get(index, ())
     ]
+    fault = snap.health.card_fault(index)
+    state: Literal["ok", "failed", "lost"] = "ok"
+    if index in snap.lost or (fault is not None and fault.cause == "lost"):
+        state = "lost"
+    elif fault is not None:
+        state = "failed"
+    broken = sorted(i.uuid for i in snap.instances.get(index, ())
+                    if snap.health.instance_fault(index, i.gi_id, i.ci_id) is not None)
     return CardView(
         index=index, uuid=card.uuid, model=card.model, mode=card.mode, instances=views,
         free=dict(sorted(free.items())),
         pending_reclaims=sum(1 for c in doc.claims.values() if _pending(c, snap)),
+        health=state,
+        cause=fault.cause if fault is not None else ("lost" if state == "lost" else ""),
+        meaning=fault.meaning if fault is not None else (
+            "the card stopped answering (GPU is lost)" if state == "lost" else ""),
+        failed_instances=broken,
     )
 
 

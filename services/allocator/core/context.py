@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from partkeeper import limiter
 from partkeeper.drivers import Card
+from partkeeper.drivers.cardhealth import CardHealth
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.limiter import NONE, LimiterState
 from partkeeper.nodeparts import NodeParts
@@ -51,6 +52,13 @@ class Context(NodeParts):
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     # The claims and instances an Allocate may plan on without reading them again (views.py).
     views: Views = field(default_factory=Views)
+    # The node's card health as the card watch last folded it (core/health.py), and the cards
+    # an enumeration found lost before the watch said so: nothing new is placed on either.
+    health: CardHealth = field(default_factory=CardHealth)
+    lost: set[int] = field(default_factory=set)
+
+    def failed_cards(self) -> frozenset[int]:
+        return self.health.failed_cards() | frozenset(self.lost)
 
     def find_limiter(self) -> None:
         """Who enforces this node's slices (blocking: a few stats). A configured limiter whose

@@ -3,12 +3,13 @@
 Occupied = claims in any state union physical instances, foreign ones included: a slot is never
 offered while anything covers it (invariant 5). Among the cards where the profile still fits, the
 most occupied one wins (packing keeps whole cards free for large profiles); ties go to the lowest
-card index, and on the chosen card the lowest free legal start is taken.
+card index, and on the chosen card the lowest free legal start is taken. A failed card (a fatal
+XID, or lost: partkeeper/drivers/cardhealth.py) takes nothing new, whatever room it has.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from partkeeper.drivers import Instance
@@ -53,12 +54,20 @@ def free_ranges(legal: Sequence[Range], taken: Sequence[Range]) -> list[Range]:
     return sorted(r for r in legal if not any(overlaps(r, t) for t in taken))
 
 
+def healthy(legal: Mapping[int, Sequence[Range]], failed: Set[int]) -> dict[int, Sequence[Range]]:
+    """The legal placements of the cards that have not failed."""
+    return {card: ranges for card, ranges in legal.items() if card not in failed}
+
+
 def place_ranges(
-    legal: Mapping[int, Sequence[Range]], taken: Mapping[int, Sequence[Range]], count: int = 1
+    legal: Mapping[int, Sequence[Range]], taken: Mapping[int, Sequence[Range]], count: int = 1,
+    *, failed: Set[int] = frozenset(),
 ) -> list[Spot] | None:
-    """`count` non-overlapping spots, each by the rule above given the ones chosen before it."""
+    """`count` non-overlapping spots, each by the rule above given the ones chosen before it,
+    none on a `failed` card."""
     if count < 1:
         return []
+    legal = healthy(legal, failed)
     load = {card: list(taken.get(card, ())) for card in legal}
     chosen: list[Spot] = []
     for _ in range(count):
@@ -85,6 +94,8 @@ def place(
     *,
     kind: ClaimKind = "partition",
     count: int = 1,
+    failed: Set[int] = frozenset(),
 ) -> list[Spot] | None:
-    """Spots for `count` new claims of `kind`, or None when they do not all fit now."""
-    return place_ranges(legal, occupied(claims, instances, kind), count)
+    """Spots for `count` new claims of `kind`, or None when they do not all fit now; never on a
+    `failed` card."""
+    return place_ranges(legal, occupied(claims, instances, kind), count, failed=failed)

@@ -10,6 +10,7 @@ ever concluded from a partial enumeration (invariant 9).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -17,9 +18,12 @@ from dataclasses import dataclass, field, replace
 from partkeeper.claims import StoreReadError
 from partkeeper.claims.inventory import Inventory, classify
 from partkeeper.drivers import Card, DriverError, IdentityRule, Instance
+from partkeeper.drivers.base import CardLostError
+from partkeeper.drivers.cardhealth import CardHealth
 from schemas import CardClaims, Claim
 from services.allocator.core.context import Context
 
+log = logging.getLogger(__name__)
 
 class SnapshotError(Exception):
     """The claims or the hardware could not be read completely."""
@@ -35,6 +39,21 @@ class Snapshot:
     dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
     read_at: float = 0.0  # wall-clock time of the read (claims' ages are judged against it)
     fresh: bool = True  # False: some of it came from the views, fit to plan a write on only
+    health: CardHealth = field(default_factory=CardHealth)  # the card watch's fold
+    lost: frozenset[int] = frozenset()  # cards this read found lost (their instances unread)
+
+    @property
+    def failed(self) -> frozenset[int]:
+        """Cards that take nothing new: failed by a fatal event, or lost."""
+        return self.health.failed_cards() | self.lost
+
+    def claim_failed(self, claim: Claim) -> bool:
+        """Whether the claim's card failed, or its own partition did."""
+        if claim.card in self.failed:
+            return True
+        inst = claim.instance
+        return inst is not None and self.health.instance_fault(
+            claim.card, inst.gi_id, inst.ci_id) is not None
 
     @property
     def claims(self) -> list[Claim]:
@@ -61,7 +80,21 @@ async def read_instances(ctx: Context) -> dict[int, tuple[Instance, ...]]:
     partition_cards = [c.index for c in ctx.cards if c.mode == "partition"]
 
     def enumerate_all() -> dict[int, tuple[Instance, ...]]:
-        return {card: tuple(ctx.driver.instances(card)) for card in partition_cards}
+        found: dict[int, tuple[Instance, ...]] = {}
+        for card in partition_cards:
+            # A lost card answers nothing until it is reset: it is marked failed (nothing is
+            # placed on it, none of its room counted) and listed empty, and the other cards
+            # still serve. Its claims stay as they are; nothing concludes from its absence.
+            try:
+                found[card] = tuple(ctx.driver.instances(card))
+            except CardLostError as exc:
+                if card not in ctx.lost:
+                    log.error("card %d is lost (%s): no partition is placed on it", card, exc)
+                ctx.lost.add(card)
+                found[card] = ()
+            else:
+                ctx.lost.discard(card)
+        return found
 
     stamp = ctx.views.stamp()
     try:
@@ -119,4 +152,5 @@ async def read(ctx: Context, claims: ClaimsRead | None = None) -> Snapshot:
     uids = {c.pod_uid for doc in known.docs.values() for c in doc.claims.values()}
     dead = frozenset(uid for uid in uids if ctx.pods.dead(uid))
     return Snapshot({c.index: c for c in ctx.cards}, known.docs, known.revisions, instances,
-                    ctx.driver.same_partition, dead, time.time(), fresh)
+                    ctx.driver.same_partition, dead, time.time(), fresh, ctx.health,
+                    frozenset(ctx.lost))

@@ -1,7 +1,7 @@
 """What both modes of the allocator run first, in this order, on the runtime kit (`Lifecycle`):
 
     Pod view and claims watch (both loaded) -> pk-allocator micro service (`claims.query`) ->
-    capacity recompute (its first pass done) -> hardware poll
+    capacity recompute (its first pass done) -> hardware poll and card health watch
 
 Each mode then starts what kubelet talks to: the device-plugin sockets and their registration
 (`deviceplugin/main.py`), or the ResourceSlices and the DRA plugin (`dra/main.py`). One function,
@@ -20,6 +20,7 @@ from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
 from services.allocator.core import claims_service
 from services.allocator.core.context import Context
+from services.allocator.core.health import Health
 from services.allocator.core.recompute import Board, Recompute, watch_claims
 
 
@@ -40,6 +41,9 @@ async def start(
     ctx.changes.touch()
     await life.until(computed)
     life.spawn("hardware poll", recompute.poll_hardware())
+    health = Health(ctx)
+    life.spawn("card health", health.run())
+    await life.until(health.watch.opened)
     return recompute
 
 

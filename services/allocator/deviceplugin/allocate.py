@@ -240,7 +240,7 @@ class Allocator:
                 known = None  # every later attempt reads afresh
                 revisions = writes.Revisions(snap.docs, snap.revisions)  # the writes go against it
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
-                              count=len(ids))
+                              count=len(ids), failed=snap.failed)
                 if spots is not None:
                     claims = await self._begin(offer, target, ids, spots, revisions)
                     if claims is not None:

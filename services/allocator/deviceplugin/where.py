@@ -89,7 +89,8 @@ def reclaim_plan(offer: Offer, snap: Snapshot, count: int) -> list[Claim] | None
                 theirs[(card, inst.gi_id)] = claim_id
     claims = [c for c in snap.claims if c.id not in dead]
     instances = [i for i in snap.all_instances if (i.card, i.gi_id) not in theirs]
-    spots = place(offer.legal, claims, instances, kind=offer.kind, count=count)
+    spots = place(offer.legal, claims, instances, kind=offer.kind, count=count,
+                  failed=snap.failed)
     if spots is None:
         return None
     hit: set[str] = set()
@@ -120,6 +121,11 @@ def describe(
     for card in offer.cards:
         info = snap.cards.get(card)
         model = f" ({info.model})" if info is not None else ""
+        if card in snap.failed:
+            fault = snap.health.card_fault(card)
+            why = fault.meaning if fault is not None else "the card stopped answering"
+            holders.append(f"card {card}{model} has failed ({why}) and takes no new partition")
+            continue
         parts = [_claim_text(c, snap) for c in snap.claims
                  if c.card == card and c.kind == offer.kind]
         doc = snap.docs.get(card)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Any
 
 from nats.aio.client import Client
 
@@ -50,11 +51,11 @@ async def serve(
         raise StartupError(f"DRA mode needs the API server: {exc}") from exc
     async with Lifecycle("allocator") as life:
         life.on_stop("the API client", api.close)
-        await _supported(api)
+        document = await _supported(api)
         ends = ClaimEnds(ctx, api)
         preparer = Preparer(ctx, api, ends.wake)
         plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer)
-        publisher = SlicePublisher(ctx, api)
+        publisher = SlicePublisher(ctx, api, taints=versions.taints(document))
         await startup.start(ctx, claims_kv, life, {})
         published = asyncio.Event()
         life.spawn("slice publisher", publisher.run(published))
@@ -84,8 +85,9 @@ async def serve(
             await life.run()
 
 
-async def _supported(api: ResourceApi) -> None:
-    """Refuse to start on a Kubernetes version whose slices we do not publish."""
+async def _supported(api: ResourceApi) -> Any:
+    """Refuse to start on a Kubernetes version whose slices we do not publish; the server's
+    /version document."""
     try:
         document = await api.server_version()
     except KubeError as exc:
@@ -93,3 +95,4 @@ async def _supported(api: ResourceApi) -> None:
     refused = versions.refusal(document)
     if refused is not None:
         raise StartupError(refused)
+    return document

@@ -118,6 +118,13 @@ class Preparer:
             raise PrepareError(f"{w.asked}: {exc}; nothing was prepared") from exc
         revisions = writes.Revisions({w.spec.card: doc}, {w.spec.card: revision})  # writes use it
         existing = doc.claims.get(w.claim_id)
+        if existing is None and w.spec.card in self.ctx.failed_cards():
+            # The scheduler allocated a device of a card that failed since (or that it took
+            # despite the taint): nothing new is placed on a failed card (DESIGN.md).
+            fault = self.ctx.health.card_fault(w.spec.card)
+            why = fault.meaning if fault is not None else "it stopped answering"
+            raise PrepareError(f"{w.asked}: device {w.device} is on card {w.spec.card}, which "
+                               f"has failed ({why}); nothing was prepared")
         if existing is None:
             claim = new_claim(w, time.time())
             if not await writes.begin(self.ctx, claim, revisions):

@@ -34,7 +34,7 @@ from partkeeper import backoff
 from partkeeper.dra import slices
 from partkeeper.telemetry.logs import decision
 from services.allocator.core.context import Context
-from services.allocator.core.snapshot import SnapshotError, read
+from services.allocator.core.snapshot import Snapshot, SnapshotError, read
 from services.allocator.dra.kube import KubeError, ResourceApi
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,10 @@ def counters_dropped(sent: dict[str, Any], answer: Any) -> bool:
 
 
 class SlicePublisher:
-    def __init__(self, ctx: Context, api: ResourceApi) -> None:
+    def __init__(self, ctx: Context, api: ResourceApi, *, taints: bool = False) -> None:
         self.ctx = ctx
         self.api = api
+        self.taints = taints  # the server keeps device taints (versions.taints)
         self.current: list[dict[str, Any]] | None = None  # as the server last answered
         self.stale = False  # somebody else changed our slices: list them again first
         # name -> the body last sent (before the write), so the watch tells ours from others'.
@@ -114,7 +115,8 @@ class SlicePublisher:
                 # UID, and the garbage collector deletes slices owned by the old one.
                 self.owner = await self.api.node_owner()
             desired = slices.pool(self.ctx.node, list(self.ctx.cards), snap.claims,
-                                  snap.all_instances, owner=self.owner)
+                                  snap.all_instances, owner=self.owner,
+                                  failed=failed_causes(snap), taints=self.taints)
             await self._sync(desired)
         except GateOff:
             await self._withdraw()
@@ -172,6 +174,15 @@ class SlicePublisher:
         self.publishes += 1
         decision(log, f"published {len(wanted)} ResourceSlices at generation {generation} "
                  f"({len(desired.devices)} devices free)", node=self.ctx.node)
+
+
+def failed_causes(snap: Snapshot) -> dict[int, str]:
+    """Card -> cause, for the cards that take nothing new (the taint's value)."""
+    causes = {}
+    for card in snap.failed:
+        fault = snap.health.card_fault(card)
+        causes[card] = fault.cause if fault is not None else "lost"
+    return causes
 
 
 def _generation(objects: list[dict[str, Any]]) -> int:

@@ -13,6 +13,10 @@ import re
 from typing import Any
 
 OLDEST = (1, 35)
+# Device taints in resource.k8s.io/v1 are stable (on by default, kept by the server) from 1.37;
+# before that the DRADeviceTaints gate may be off and the server drops the field silently, so a
+# failed card's devices are withdrawn instead (docs/dra.md, "A failed card").
+TAINTS_FROM = (1, 37)
 
 
 def release(document: Any) -> tuple[int, int] | None:
@@ -39,3 +43,10 @@ def refusal(document: Any) -> str | None:
                 "must hold its counter sets beside the devices that consume them, a shape "
                 "partkeeper does not publish (docs/dra.md, Kubernetes versions)")
     return None
+
+
+def taints(document: Any) -> bool:
+    """Whether the server keeps device taints (a failed card's devices are tainted, else
+    withdrawn)."""
+    found = release(document)
+    return found is not None and found >= TAINTS_FROM

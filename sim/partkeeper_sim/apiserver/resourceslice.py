@@ -27,6 +27,7 @@ drop the fields of disabled feature gates, validate, store quantities in canonic
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -187,6 +188,13 @@ def _device(device: Any, path: str, fail: Fail) -> None:
                      "(an optional DNS subdomain, '/', a C identifier of at most 32 characters)")
     for key, value in capacity.items():
         _quantity(value, f"{path}.capacity[{key}].value", fail)
+    for i, taint in enumerate(device.get("taints") or []):
+        # k8s.io/kubernetes pkg/apis/resource/validation: a qualified key and a known effect.
+        if not isinstance(taint, dict) or not _qualified(taint.get("key")):
+            fail(f"{path}.taints[{i}].key", "Invalid value: must be a qualified name")
+        elif taint.get("effect") not in TAINT_EFFECTS:
+            fail(f"{path}.taints[{i}].effect", f"Unsupported value: {taint.get('effect')!r}: "
+                 f"supported values: {', '.join(TAINT_EFFECTS)}")
     consumptions = device.get("consumesCounters") or []
     if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
         fail(f"{path}.consumesCounters", f"Too many: {len(consumptions)}: must have at most "
@@ -197,9 +205,18 @@ def _device(device: Any, path: str, fail: Fail) -> None:
                   f"{path}.consumesCounters[{i}]", fail)
 
 
+TAINT_EFFECTS = ("NoExecute", "NoSchedule")
+
+
 def canonicalise(obj: dict[str, Any]) -> None:
-    """Every quantity of the slice in the canonical form the server stores (after `validate`)."""
+    """Every quantity of the slice in the canonical form the server stores (after `validate`);
+    a device taint without `timeAdded` gets the time of the write, as the real server's
+    strategy stamps it."""
     spec = obj.get("spec") or {}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for device in spec.get("devices") or []:
+        for taint in device.get("taints") or []:
+            taint.setdefault("timeAdded", stamp)
     for counter_set in spec.get("sharedCounters") or []:
         _canonical_values(counter_set.get("counters") or {})
     for device in spec.get("devices") or []:

@@ -4,7 +4,9 @@ As the real scheduler's allocator does: only complete pools count (the highest g
 as many slices as `resourceSliceCount` says); a device already allocated to any claim is taken;
 every allocated device's `consumesCounters` is subtracted from its pool's counter sets; the
 remaining requests are served first fit, in slice order (slices by name, devices as listed). Either
-every request of every claim is served or nothing is allocated.
+every request of every claim is served or nothing is allocated. A device with a taint the request
+does not tolerate is never a candidate (k8s.io/dynamic-resource-allocation structured allocator,
+`allTaintsTolerated`; tolerations matched as resourceclaim.ToleratesTaint does).
 """
 
 from __future__ import annotations
@@ -152,8 +154,9 @@ def _serve(inventory: Inventory, classes: Mapping[str, Mapping[str, Any]],
     expressions = _selectors(device_class.get("spec") or {}) + _selectors(spec)
     counters, taken = dict(counters), set(taken)
     chosen: list[Candidate] = []
+    tolerations = list(spec.get("tolerations") or [])
     for _ in range(int(spec.get("count", 1))):
-        device = _first_fit(inventory, counters, taken, expressions)
+        device = _first_fit(inventory, counters, taken, expressions, tolerations)
         if device is None:
             return None
         for counter, used in device.consumption().items():
@@ -163,10 +166,35 @@ def _serve(inventory: Inventory, classes: Mapping[str, Mapping[str, Any]],
     return chosen
 
 
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Whether one toleration of a request tolerates one device taint: an empty key with
+    `Exists` tolerates every taint, an empty effect every effect; `Equal` (the default) also
+    wants the same value."""
+    key = toleration.get("key") or ""
+    if key and key != taint.get("key"):
+        return False
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def tolerated(device: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    """Every taint of the device tolerated by some toleration of the request."""
+    return all(any(tolerates(t, taint) for t in tolerations)
+               for taint in device.get("taints") or [])
+
+
 def _first_fit(inventory: Inventory, counters: dict[CounterKey, Fraction],
-               taken: set[tuple[str, str, str]], expressions: list[str]) -> Candidate | None:
+               taken: set[tuple[str, str, str]], expressions: list[str],
+               tolerations: Sequence[Mapping[str, Any]] = ()) -> Candidate | None:
     for device in inventory.devices:
         if (device.driver, device.pool, device.name) in taken:
+            continue
+        if not tolerated(device.device, tolerations):
             continue
         if not all(cel.matches(e, device.device, device.driver) for e in expressions):
             continue

@@ -33,6 +33,7 @@ SLICE_PODS = 4
 FOREIGN_CARD, FOREIGN_PROFILE = 1, "1g.10gb"
 REFILLS = ("3g.40gb", "2g.20gb", "1g.10gb", None)  # None: the logical-slice resource
 BUSY_PROFILE = "3g.40gb"
+FAILING_XID = 48  # a double-bit ECC error: fatal for the card, which keeps answering
 STEP_SECONDS = 45.0
 RECHECK_SECONDS = 1.0
 
@@ -55,6 +56,7 @@ class Outcome:
     error: str | None
     seconds: float
     slices: str = ""  # whether the logical slices were enforced, as status said
+    failed_card: str = ""  # what the card-failure step showed
 
     @property
     def refused(self) -> list[PodTrack]:
@@ -76,6 +78,7 @@ class Demo:
     foreign: Instance | None = None
     slices: str = ""  # status's line on slice enforcement
     busy: BusyResult | None = None
+    failed_card: str = ""  # what the card-failure step saw, for the summary
     leaks: list[str] = field(default_factory=list)
     _serial: count[int] = field(default_factory=lambda: count(1))
 
@@ -211,6 +214,74 @@ async def busy_instance(demo: Demo) -> None:
                    "after release")
 
 
+async def card_fails(demo: Demo) -> None:
+    """A card reports a fatal XID mid-run: it takes nothing new, the Pods on it are told with a
+    Warning Event, their partitions are left alone, and the other card still admits."""
+    status = await demo.probe.status()
+    cards = [c for c in status["cards"] if c["mode"] == "partition"]
+    # Fail a card that holds demo Pods while another still has room for the next one.
+    roomy = [c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0]
+    require(bool(roomy), f"no card has room for a {BUSY_PROFILE} after the busy step")
+    healthy = roomy[0]
+    failing = next(c for c in cards if c["index"] != healthy["index"])
+    on_it = {i["claim"]["pod_uid"] for i in failing["instances"] if i.get("claim")}
+    claims_before = {c.id: c for c in await demo.probe.claims() if c.card == failing["index"]}
+    await demo.probe.fail_card(failing["index"], FAILING_XID)
+    demo.view.note(f"card {failing['index']} reports XID {FAILING_XID} "
+                   f"(`partkeeper sim fail --card {failing['index']} --xid {FAILING_XID}`)")
+
+    async def taken_out() -> bool:
+        card = (await demo.probe.status())["cards"][failing["index"]]
+        return card.get("health") == "failed" and not any(card["free"].values())
+
+    await demo.until(taken_out, f"card {failing['index']} shown failed, offering nothing",
+                     "see logs/allocator.log (card health)")
+    key = f"partkeeper.io/card-{failing['index']}-health"
+
+    async def noted() -> bool:
+        return (await demo.kube.annotations()).get(key, "").startswith("failed: xid-")
+
+    await demo.until(noted, f"the Node annotation {key}", "see logs/watcher.log")
+    names = {p.uid: p.name for p in demo.observer.pods.values()}
+    told = {names.get(uid, uid) for uid in on_it}
+
+    async def pods_told() -> bool:
+        warned = {e["involvedObject"]["name"] for e in await demo.kube.warnings(
+            "PartitionCardUnhealthy")}
+        return told <= warned
+
+    await demo.until(pods_told, f"a PartitionCardUnhealthy Event on {', '.join(sorted(told))}",
+                     "see logs/allocator.log and logs/watcher.log")
+    demo.view.note(f"told {len(told)} Pod(s) on card {failing['index']} "
+                   "(Warning PartitionCardUnhealthy)")
+    pod = await demo.scheduler.run(demo.name(BUSY_PROFILE, "after-fail"),
+                                   demo.resource(BUSY_PROFILE), "partition")
+    require(not pod.refused, f"Pod {pod.name} was refused with a healthy card left: "
+            f"{pod.refused}")
+    await _learn_instance(demo, pod)
+    [claim] = [c for c in await demo.probe.claims() if c.pod_uid == pod.uid]
+    require(claim.card == healthy["index"], f"{pod.name} was placed on card {claim.card}, "
+            f"which has failed")
+    after = {c.id: c for c in await demo.probe.claims() if c.card == failing["index"]}
+    require(after.keys() == claims_before.keys() and all(
+        c.state == claims_before[i].state for i, c in after.items()),
+        "a claim on the failed card changed: a health event must release nothing")
+    demo.view.note(f"{pod.name} admitted on card {claim.card}; the failed card's "
+                   f"{len(after)} claim(s) untouched")
+    await demo.probe.recover_card(failing["index"])
+
+    async def offered_again() -> bool:
+        card = (await demo.probe.status())["cards"][failing["index"]]
+        return card.get("health") == "ok" and key not in await demo.kube.annotations()
+
+    await demo.until(offered_again, f"card {failing['index']} offered again after the reset",
+                     "see logs/allocator.log (card health)")
+    demo.failed_card = (f"card {failing['index']} failed (XID {FAILING_XID}): {len(told)} Pod(s) "
+                        f"told, {pod.name} admitted on card {claim.card}, nothing released; "
+                        "recovered")
+    demo.view.note(f"card {failing['index']} reset (`partkeeper sim recover`) and offered again")
+
+
 async def drain(demo: Demo) -> None:
     """Delete every demo Pod; each partition and slice claim must be reclaimed."""
     left = [p for p in demo.observer.pods.values() if p.deleted is None]
@@ -256,6 +327,7 @@ STEPS: tuple[tuple[str, Callable[[Demo], Awaitable[None]]], ...] = (
     ("fill the node: partitions and slices", fill),
     ("delete and refill at once (the reclaim window)", refill),
     ("delete a Pod whose partition is busy", busy_instance),
+    ("a card fails mid-run; the other keeps admitting", card_fails),
     ("delete every demo Pod", drain),
     ("check nothing leaked", verify),
 )
@@ -292,7 +364,8 @@ async def run(stack: Stack, view: View) -> Outcome:
         await observer.stop()
         kube.close()
     return Outcome(list(observer.pods.values()), len(observer.foreign_seen), demo.busy,
-                   demo.leaks, error, time.monotonic() - started, demo.slices)
+                   demo.leaks, error, time.monotonic() - started, demo.slices,
+                   demo.failed_card)
 
 
 async def track_reclaims(demo: Demo) -> None:

@@ -91,6 +91,20 @@ class Kube:
             _preload_content=False,
         )
 
+    async def annotations(self) -> dict[str, str]:
+        """The node's annotations."""
+        resp = await asyncio.to_thread(self.api.read_node, self.node, _preload_content=False)
+        found: dict[str, str] = json.loads(resp.data)["metadata"].get("annotations") or {}
+        return found
+
+    async def warnings(self, reason: str) -> list[dict[str, Any]]:
+        """The Warning Events of the demo's namespace with `reason` (as `kubectl get events`)."""
+        resp = await asyncio.to_thread(
+            self.api.list_namespaced_event, NAMESPACE,
+            field_selector=f"reason={reason}", _preload_content=False,
+        )
+        return [e for e in json.loads(resp.data).get("items") or [] if e.get("type") == "Warning"]
+
     async def delete(self, name: str) -> None:
         """A graceful delete, as `kubectl delete pod` does."""
         await asyncio.to_thread(

@@ -56,5 +56,13 @@ class Probe:
     async def set_busy(self, uuid: str, on: bool) -> Instance:
         return await asyncio.to_thread(self.driver.set_busy, uuid, on)
 
+    async def fail_card(self, card: int, xid: int) -> None:
+        """`partkeeper sim fail --card N --xid X`."""
+        await asyncio.to_thread(self.driver.fail_card, card, xid)
+
+    async def recover_card(self, card: int) -> None:
+        """`partkeeper sim recover --card N`."""
+        await asyncio.to_thread(self.driver.recover_card, card)
+
     async def destroy(self, instance: Instance) -> None:
         await asyncio.to_thread(self.driver.destroy, instance)

@@ -67,6 +67,8 @@ def lines(outcome: Outcome) -> list[str]:
                    f"while held {busy.held_seconds * 1000:.0f}ms; destroyed {after}")
     if outcome.slices:
         out.append(f"  {outcome.slices}")
+    if outcome.failed_card:
+        out.append(f"  {outcome.failed_card}")
     refills = [p for p in pods if p.refill_of]
     if refills:
         out.append(

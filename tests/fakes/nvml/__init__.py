@@ -13,6 +13,7 @@ making a card report other placements than NVIDIA's, injecting failures.
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 from tests_support.clib import (
@@ -24,7 +25,7 @@ from tests_support.clib import (
 )
 
 HERE = Path(__file__).parent
-SOURCES = (HERE / "fake_nvml.c", HERE / "fake_nvml_mig.c")
+SOURCES = (HERE / "fake_nvml.c", HERE / "fake_nvml_mig.c", HERE / "fake_nvml_events.c")
 SONAME = "libnvidia-ml.so.1"
 
 # nvml.h return codes the tests inject (nvmlReturn_t).
@@ -36,7 +37,14 @@ ERROR_NOT_FOUND = 6
 ERROR_DRIVER_NOT_LOADED = 9
 ERROR_IN_USE = 19
 ERROR_INSUFFICIENT_RESOURCES = 23
+ERROR_GPU_IS_LOST = 15
 ERROR_UNKNOWN = 999
+
+# nvml.h's event types and "no instance" id (nvmlEventData_t).
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID = 0x8
+NO_INSTANCE = 0xFFFFFFFF
 
 CAPS_MAJOR = 235  # the fake's /proc/devices: nvidia-caps (fake_nvml.h FAKE_CAPS_MAJOR)
 
@@ -99,3 +107,16 @@ class FakeNvml(FakeLibrary):
         """nvmlComputeInstanceGetInfo names the parent card (nvml.h's word) instead of the CI's
         own MIG device (what NVIDIA's DRA driver reads the new UUID from)."""
         self.check(self.lib.fake_nvml_set_ci_info_parent(bytes(self.state), int(on)), "CI info")
+
+    def raise_event(self, gpu: int, event_type: int, data: int = 0,
+                    gi: int = NO_INSTANCE, ci: int = NO_INSTANCE) -> None:
+        """Raise one NVML event on card `gpu` (an XID: EVENT_XID with the XID as `data`),
+        attributed to GPU instance `gi` and compute instance `ci` when given."""
+        rc = self.lib.fake_nvml_raise(bytes(self.state), gpu, ctypes.c_ulonglong(event_type),
+                                      ctypes.c_ulonglong(data), gi, ci)
+        self.check(rc, f"raising event {event_type:#x} on card {gpu}")
+
+    def set_lost(self, gpu: int, lost: bool = True) -> None:
+        """Card `gpu` falls off the bus (every call on it answers GPU_IS_LOST), or comes back."""
+        self.check(self.lib.fake_nvml_set_lost(bytes(self.state), gpu, int(lost)),
+                   f"making card {gpu} {'lost' if lost else 'answer again'}")

@@ -258,6 +258,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
     BEGIN(c);
     OUT(c, device);
     if (index >= c.st->ngpus) return fk_end(&c, NVML_ERROR_INVALID_ARGUMENT);
+    if (c.st->gpu[index].lost) return fk_end(&c, NVML_ERROR_GPU_IS_LOST);
     *device = fk_device_handle((int)index);
     return fk_end(&c, NVML_SUCCESS);
 }

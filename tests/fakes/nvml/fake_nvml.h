@@ -45,7 +45,16 @@ typedef struct {
     unsigned mig_capable, mig_current, mig_pending, minor, nprofiles;
     gi_profile profiles[MAX_PROFILES];
     gi_state gi[MAX_GI];
+    unsigned lost; /* nonzero: fallen off the bus, every call on it answers GPU_IS_LOST */
 } gpu_state;
+
+/* Events raised by the tests (fake_nvml_raise), kept in a ring that every process's event sets
+ * read from their own cursor: a set sees only what was raised after it was created, as NVML's. */
+#define MAX_EVENTS 64
+typedef struct {
+    unsigned long long seq, type, data;
+    unsigned gpu, gi, ci;
+} fake_event;
 
 typedef struct {
     fake_header h;
@@ -53,6 +62,8 @@ typedef struct {
     unsigned ci_info_parent; /* nonzero: nvmlComputeInstanceGetInfo names the parent card */
     unsigned ngpus;
     gpu_state gpu[MAX_GPUS];
+    unsigned long long event_seq; /* the last event raised; events[seq % MAX_EVENTS] */
+    fake_event events[MAX_EVENTS];
 } nvml_state;
 
 typedef struct {
@@ -85,16 +96,20 @@ typedef struct {
 /* The handle argument resolved to its state, or the call refused as NVML refuses a bad handle. */
 #define WHOLE_CARD(c, g, device)                    \
     gpu_state *g = fk_card(&c, device, 1);          \
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle")
+    if (g == NULL) return fk_reject(&c, __func__, "not a device handle"); \
+    if (g->lost) return fk_end(&c, NVML_ERROR_GPU_IS_LOST)
 #define ANY_DEVICE(c, g, device)                    \
     gpu_state *g = fk_card(&c, device, 0);          \
-    if (g == NULL) return fk_reject(&c, __func__, "not a device handle")
+    if (g == NULL) return fk_reject(&c, __func__, "not a device handle"); \
+    if (g->lost) return fk_end(&c, NVML_ERROR_GPU_IS_LOST)
 #define LIVE_GI(c, gi, handle)                      \
     gi_state *gi = fk_gpu_instance(&c, handle);     \
-    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle")
+    if (gi == NULL) return fk_reject(&c, __func__, "not a live GPU instance handle"); \
+    if (c.st->gpu[(handle)->gpu].lost) return fk_end(&c, NVML_ERROR_GPU_IS_LOST)
 #define LIVE_CI(c, ci, handle)                      \
     ci_state *ci = fk_compute_instance(&c, handle); \
-    if (ci == NULL) return fk_reject(&c, __func__, "not a live compute instance handle")
+    if (ci == NULL) return fk_reject(&c, __func__, "not a live compute instance handle"); \
+    if (c.st->gpu[(handle)->gpu].lost) return fk_end(&c, NVML_ERROR_GPU_IS_LOST)
 
 /* Shared by the two halves, never exported: the library's symbols are NVML's and the controls. */
 #pragma GCC visibility push(hidden)
