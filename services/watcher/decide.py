@@ -20,10 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from schemas import PodEvent, PodFinished, PodGone, PodRecord, PodSeen
 from schemas.events import GoneEvidence
 from schemas.names import encode_token
 from schemas.pods import PodState
+from schemas.version import CURRENT
 from services.watcher.pods import PodFacts, parse_rv
 
 
@@ -172,20 +175,10 @@ def _record_from(
 def _tombstone(
     record: PodRecord, evidence: GoneEvidence, resource_version: str, detail: str, now: float
 ) -> PodRecord:
-    return PodRecord(
-        node=record.node,
-        uid=record.uid,
-        namespace=record.namespace,
-        name=record.name,
-        phase=record.phase,
-        state="gone",
-        deleting=record.deleting,
-        created=record.created,
-        containers=list(record.containers),
-        resource_version=resource_version,
-        evidence=detail,
-        gone_evidence=evidence,
-        updated_at=now,
+    """The record, gone: what the Pod was stays, written in the current version."""
+    return msgspec.structs.replace(
+        record, v=CURRENT, state="gone", containers=list(record.containers),
+        resource_version=resource_version, evidence=detail, gone_evidence=evidence, updated_at=now,
     )
 
 
