@@ -182,8 +182,9 @@ def _tombstone(
     )
 
 
-def _seen_event(record: PodRecord, now: float) -> PodEvent:
-    common: dict[str, Any] = {  # the fields every Pod event carries
+def _event_fields(record: PodRecord, now: float) -> dict[str, Any]:
+    """The fields every Pod event carries."""
+    return {
         "node": record.node,
         "uid": record.uid,
         "namespace": record.namespace,
@@ -191,6 +192,10 @@ def _seen_event(record: PodRecord, now: float) -> PodEvent:
         "resource_version": record.resource_version,
         "observed_at": now,
     }
+
+
+def _seen_event(record: PodRecord, now: float) -> PodEvent:
+    common = _event_fields(record, now)
     if record.state == "finished":
         return PodFinished(phase=record.phase, **common)
     return PodSeen(
@@ -204,12 +209,4 @@ def _seen_event(record: PodRecord, now: float) -> PodEvent:
 
 def _gone_event(record: PodRecord, now: float) -> PodGone:
     assert record.gone_evidence is not None
-    return PodGone(
-        node=record.node,
-        uid=record.uid,
-        namespace=record.namespace,
-        name=record.name,
-        resource_version=record.resource_version,
-        observed_at=now,
-        evidence=record.gone_evidence,
-    )
+    return PodGone(evidence=record.gone_evidence, **_event_fields(record, now))
