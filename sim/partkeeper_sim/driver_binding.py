@@ -19,6 +19,7 @@ What a library does that the simulator models here:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -112,14 +113,7 @@ class SimBinding(mig.Binding):
         return on, on
 
     def catalogue(self, op: str, card: int, dev: SimCard) -> mig.Catalogue:
-        """The tables' profiles of the card's model, in the tables' placements: the simulated
-        library offers exactly what partkeeper's tables say."""
-        found = tuple(
-            mig.GiProfile(p.name, pid, p.compute_slices, profiles.max_instances(p),
-                          p.placements(), p)
-            for pid, p in enumerate(profiles.model(dev.model).profiles.values())
-        )
-        return mig.Catalogue(dev.model, found)
+        return _catalogue(dev.model)
 
     # -- instances ------------------------------------------------------------------------------
 
@@ -244,6 +238,17 @@ class SimBinding(mig.Binding):
             if not any(profiles.overlaps((free, size), (i.start, i.size)) for i in dev.instances):
                 return InstanceSpec(card, profile, free)
         raise PlacementError("carve", card, None, f"no free placement for {profile} is left")
+
+
+@functools.cache
+def _catalogue(model: str) -> mig.Catalogue:
+    """The tables' profiles of `model`, in the tables' placements: the simulated library offers
+    exactly what partkeeper's tables say (read once per model: the tables do not change)."""
+    found = tuple(
+        mig.GiProfile(p.name, pid, p.compute_slices, profiles.max_instances(p), p.placements(), p)
+        for pid, p in enumerate(profiles.model(model).profiles.values())
+    )
+    return mig.Catalogue(model, found)
 
 
 def _gi(inst: SimInstance, profile: mig.GiProfile) -> mig.Gi:
