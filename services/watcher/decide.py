@@ -20,10 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from schemas import PodEvent, PodFinished, PodGone, PodRecord, PodSeen
 from schemas.events import GoneEvidence
 from schemas.names import encode_token
 from schemas.pods import PodState
+from schemas.version import CURRENT
 from services.watcher.pods import PodFacts, parse_rv
 
 
@@ -172,25 +175,16 @@ def _record_from(
 def _tombstone(
     record: PodRecord, evidence: GoneEvidence, resource_version: str, detail: str, now: float
 ) -> PodRecord:
-    return PodRecord(
-        node=record.node,
-        uid=record.uid,
-        namespace=record.namespace,
-        name=record.name,
-        phase=record.phase,
-        state="gone",
-        deleting=record.deleting,
-        created=record.created,
-        containers=list(record.containers),
-        resource_version=resource_version,
-        evidence=detail,
-        gone_evidence=evidence,
-        updated_at=now,
+    """The record, gone: what the Pod was stays, written in the current version."""
+    return msgspec.structs.replace(
+        record, v=CURRENT, state="gone", containers=list(record.containers),
+        resource_version=resource_version, evidence=detail, gone_evidence=evidence, updated_at=now,
     )
 
 
-def _seen_event(record: PodRecord, now: float) -> PodEvent:
-    common: dict[str, Any] = {  # the fields every Pod event carries
+def _event_fields(record: PodRecord, now: float) -> dict[str, Any]:
+    """The fields every Pod event carries."""
+    return {
         "node": record.node,
         "uid": record.uid,
         "namespace": record.namespace,
@@ -198,6 +192,10 @@ def _seen_event(record: PodRecord, now: float) -> PodEvent:
         "resource_version": record.resource_version,
         "observed_at": now,
     }
+
+
+def _seen_event(record: PodRecord, now: float) -> PodEvent:
+    common = _event_fields(record, now)
     if record.state == "finished":
         return PodFinished(phase=record.phase, **common)
     return PodSeen(
@@ -211,12 +209,4 @@ def _seen_event(record: PodRecord, now: float) -> PodEvent:
 
 def _gone_event(record: PodRecord, now: float) -> PodGone:
     assert record.gone_evidence is not None
-    return PodGone(
-        node=record.node,
-        uid=record.uid,
-        namespace=record.namespace,
-        name=record.name,
-        resource_version=record.resource_version,
-        observed_at=now,
-        evidence=record.gone_evidence,
-    )
+    return PodGone(evidence=record.gone_evidence, **_event_fields(record, now))

@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,24 @@ def test_destroy_latency_keeps_the_instance_listed_until_done(sim_path: Path) ->
     assert not thread.is_alive() and errors == []
     assert control.instances(0) == [neighbour]
     assert gate.delays == [0.25]
+
+
+def test_of_two_racing_slow_destroys_the_second_to_finish_finds_it_gone(sim_path: Path) -> None:
+    """Both destroys pass the identity check while the instance is listed as destroying; the
+    one finishing first removes it, the other is told it is gone (not a silent success)."""
+    control = SimDriver(sim_path)
+    inst = control.create(InstanceSpec(0, "1g.10gb", 0))
+    control.latency("destroy", 250)
+    gates = Gate(), Gate()
+    runs = [_in_thread(partial(SimDriver(sim_path, sleep=g.sleep).destroy, inst)) for g in gates]
+    assert all(g.entered.wait(DEADLINE) for g in gates)
+    for gate, (thread, _) in zip(gates, runs, strict=True):
+        gate.release.set()
+        thread.join(DEADLINE)
+        assert not thread.is_alive()
+    (_, first), (_, second) = runs
+    assert first == [] and [type(e) for e in second] == [base.NotFoundError]
+    assert control.instances(0) == []
 
 
 def test_create_latency_is_spent_outside_the_lock(sim_path: Path) -> None:

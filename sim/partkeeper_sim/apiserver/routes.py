@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -91,37 +93,28 @@ def _add_discovery(router: web.UrlDispatcher, state: ServerState) -> None:
     async def api(request: web.Request) -> web.Response:
         return reply(discovery.api_versions(request.host))
 
-    async def core(_: web.Request) -> web.Response:
-        return reply(discovery.core_resources())
-
-    async def groups(_: web.Request) -> web.Response:
-        return reply(discovery.api_groups())
-
-    async def events_group(_: web.Request) -> web.Response:
-        return reply(discovery.events_group())
-
-    async def events_resources(_: web.Request) -> web.Response:
-        return reply(discovery.events_resources())
-
-    async def resource_group(_: web.Request) -> web.Response:
-        return reply(discovery.resource_group())
-
-    async def resource_resources(_: web.Request) -> web.Response:
-        return reply(discovery.resource_resources())
-
     # The client asks for some of these with a trailing slash ("/version/", "/api/").
     for path, handler in (
         ("/version", version),
         ("/api", api),
-        ("/api/v1", core),
-        ("/apis", groups),
-        ("/apis/events.k8s.io", events_group),
-        ("/apis/events.k8s.io/v1", events_resources),
-        (f"/apis/{resource.GROUP}", resource_group),
-        (resource.PREFIX, resource_resources),
+        ("/api/v1", _document(discovery.core_resources)),
+        ("/apis", _document(discovery.api_groups)),
+        ("/apis/events.k8s.io", _document(discovery.events_group)),
+        ("/apis/events.k8s.io/v1", _document(discovery.events_resources)),
+        (f"/apis/{resource.GROUP}", _document(discovery.resource_group)),
+        (resource.PREFIX, _document(discovery.resource_resources)),
     ):
         router.add_get(path, handler)
         router.add_get(f"{path}/", handler)
+
+
+def _document(make: Callable[[], dict[str, Any]]) -> Handler:
+    """A handler answering with a discovery document that depends on nothing in the request."""
+
+    async def handler(_: web.Request) -> web.Response:
+        return reply(make())
+
+    return handler
 
 
 async def _ok(_: web.Request) -> web.Response:
