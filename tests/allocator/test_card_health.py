@@ -50,7 +50,8 @@ async def running(n: Node, name: str, resource: str = R1) -> tuple[str, Claim]:
 
 
 async def unchanged(n: Node, claims: list[Claim]) -> None:
-    """Invariant (issue 35, 5.): the claims are as they were, their partitions still exist."""
+    """A health event never destroys a partition nor releases a claim: the claims are as they
+    were, and their partitions still exist."""
     now = {c.id: c for c in await n.claims()}
     for claim in claims:
         assert now[claim.id].state == claim.state == "active", now.get(claim.id)

@@ -8,8 +8,9 @@ or withdrawn), wakes the recompute, and tells the Pods: one `CardUnhealthy` audi
 with a partition on the failed card (an instance-level fault: only that Pod), on the allocator's
 node-wide subject, which the watcher turns into a `PartitionCardUnhealthy` Warning Event.
 
-Nothing here writes a claim or calls create or destroy (invariant 5 of the issue: a health event
-never destroys a partition, releases a live Pod's claim or makes an instance look foreign). A
+Nothing here writes a claim or calls create or destroy (docs/operations.md, "A failed card": a
+health event never destroys a partition, releases a live Pod's claim or makes an instance look
+foreign). A
 recovered card is offered again by the next recompute, which reads claims and instances afresh
 as at start: what is still covered stays covered.
 """
