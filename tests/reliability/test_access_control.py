@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-from collections.abc import Iterator
 
 import nats
 import nats.errors
@@ -30,7 +28,6 @@ from tests_support import until
 from tests_support.access import (
     ADMIN,
     ALLOWED_SECONDS,
-    CONFIG,
     NODE,
     OTHER,
     OWN_EVENTS,
@@ -51,14 +48,6 @@ from tests_support.reliability import scene
 from tests_support.watches import FAST, Entries, Reader
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
-
-@pytest.fixture
-def server() -> Iterator[NatsServer]:
-    running = NatsServer(config=str(CONFIG)).start()
-    yield running
-    running.stop()
-    shutil.rmtree(running.store_dir, ignore_errors=True)
-
 
 async def test_each_service_on_its_own_user_runs_a_lifecycle(server: NatsServer) -> None:
     async with scene(servers=[server], users=EmbeddedUsers.shipped()) as sc:

@@ -6,14 +6,11 @@ them. CI runs a short seed; `python -m bench.attacker` runs 10,000 messages per 
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
 
 import pytest
 
 from partkeeper_sim.stack.launch import SERVICES
 from partkeeper_sim.stack.natsserver import EmbeddedUsers, NatsServer
-from tests_support.access import CONFIG
 from tests_support.attacker import Before, attack_all, seed_other_node
 from tests_support.reliability import scene
 
@@ -22,14 +19,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.timeout(240)]
 SEED = int(os.environ.get("PK_ATTACK_SEED", "33"))
 PER_USER = int(os.environ.get("PK_ATTACK_MESSAGES", "150"))
 RESTARTED = b"starting it again"  # runtime.py: a service body that ended, started again
-
-
-@pytest.fixture
-def server() -> Iterator[NatsServer]:
-    running = NatsServer(config=str(CONFIG)).start()
-    yield running
-    running.stop()
-    shutil.rmtree(running.store_dir, ignore_errors=True)
 
 
 async def test_one_nodes_credentials_reach_no_further_than_the_node(server: NatsServer) -> None:

@@ -132,20 +132,21 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
 
 /* -- controls ------------------------------------------------------------------------------ */
 
-static int control(fake_session *s, const char *path) {
-    return fake_begin(s, path, sizeof(nvml_state), MAGIC, "control") < 0 ? -1 : 0;
+/* The state locked for a control on card `gpu`; NULL, nothing held, for no state or no card. */
+static nvml_state *control_card(fake_session *s, const char *path, unsigned gpu) {
+    if (fake_begin(s, path, sizeof(nvml_state), MAGIC, "control") < 0) return NULL;
+    nvml_state *st = (nvml_state *)s->state;
+    if (gpu < st->ngpus) return st;
+    fake_end(s, 0);
+    return NULL;
 }
 
 /* Raise one event on card `gpu`: `type` an nvmlEventType bit, `data` the XID (or 0). */
 int fake_nvml_raise(const char *path, unsigned gpu, unsigned long long type, unsigned long long data,
                     unsigned gi, unsigned ci) {
     fake_session s;
-    if (control(&s, path) != 0) return -1;
-    nvml_state *st = (nvml_state *)s.state;
-    if (gpu >= st->ngpus) {
-        fake_end(&s, 0);
-        return -1;
-    }
+    nvml_state *st = control_card(&s, path, gpu);
+    if (st == NULL) return -1;
     unsigned long long seq = ++st->event_seq;
     st->events[seq % MAX_EVENTS] = (fake_event){seq, type, data, gpu, gi, ci};
     fake_end(&s, 1);
@@ -155,12 +156,8 @@ int fake_nvml_raise(const char *path, unsigned gpu, unsigned long long type, uns
 /* Card `gpu` falls off the bus (`lost` nonzero) or answers again after a reset. */
 int fake_nvml_set_lost(const char *path, unsigned gpu, unsigned lost) {
     fake_session s;
-    if (control(&s, path) != 0) return -1;
-    nvml_state *st = (nvml_state *)s.state;
-    if (gpu >= st->ngpus) {
-        fake_end(&s, 0);
-        return -1;
-    }
+    nvml_state *st = control_card(&s, path, gpu);
+    if (st == NULL) return -1;
     st->gpu[gpu].lost = lost != 0;
     fake_end(&s, 1);
     return 0;
