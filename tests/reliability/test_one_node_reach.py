@@ -168,9 +168,13 @@ async def _claims_service(nc: Client) -> object:
     async def answer(query: ClaimsQuery) -> ClaimsReply:
         return ClaimsReply()
 
-    return await serve(nc, name="pk-allocator", version="0.0.0", description="t",
-                       endpoints=[Endpoint("claims-query", claims_query_subject(NODE),
-                                           ClaimsQuery, answer)])
+    service = await serve(nc, name="pk-allocator", version="0.0.0", description="t",
+                          endpoints=[Endpoint("claims-query", claims_query_subject(NODE),
+                                              ClaimsQuery, answer)])
+    # The server has the subscription once it answers a ping sent after it: another
+    # connection's request may then not meet "no responders".
+    await nc.flush()
+    return service
 
 
 async def _answered_where(asker: Client, reply: str) -> None:
