@@ -79,6 +79,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     # Needs podman and the base image of tests/containers/setup.sh; says so and measures nothing
     # without them.
     External("image", "bench.image", ("--runs", "5")),
+    External("allocate path", "bench.allocate_path", ()),
 )
 
 

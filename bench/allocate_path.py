@@ -55,6 +55,7 @@ GOAL_MODULES, GOAL_RETURNS = 8, 2
 ALLOCATOR = "services.allocator."
 PROJECT = ("services.", "partkeeper.", "schemas.")
 SERVICER = ("services.allocator.deviceplugin.plugin", "Allocate")
+SEEDS = ("services.allocator.deviceplugin.allocate", "allocate")  # where offer and IDs arrive
 
 _following: contextvars.ContextVar[bool] = contextvars.ContextVar("following", default=False)
 
@@ -86,6 +87,11 @@ class Reading:
     @property
     def read(self) -> list[tuple[str, str, int]]:
         """(module, function, depth) in the order a reader reads them."""
+        return self.only(set(self.parent))
+
+    def only(self, kept: set[tuple[str, str]]) -> list[tuple[str, str, int]]:
+        """The reading of the `kept` functions alone: one that is not kept is skipped, and what
+        it called is read at its place."""
         children: dict[tuple[str, str] | None, list[tuple[str, str]]] = {}
         for key, parent in self.parent.items():
             children.setdefault(parent if parent in self.parent else None, []).append(key)
@@ -93,8 +99,11 @@ class Reading:
 
         def walk(key: tuple[str, str] | None, depth: int) -> None:
             for child in children.get(key, []):
-                out.append((*child, depth))
-                walk(child, depth + 1)
+                if child in kept:
+                    out.append((*child, depth))
+                    walk(child, depth + 1)
+                else:
+                    walk(child, depth)
 
         walk(None, 0)
         return out
@@ -138,46 +147,137 @@ def path_of(read: list[tuple[str, str, int]], within: str) -> tuple[list[str], l
     """The modules (under `within`) in reading order, and the returns to one already left.
 
     The reading's stack is rebuilt from the depths: a function read at depth d closes every open
-    function at depth >= d. A module is open while one of its functions is on that stack."""
+    function at depth >= d. A module is open while one of its functions is on that stack. A
+    return is a function read in a closed module after the reader went elsewhere: into a module
+    that was not open. Reading on in the caller, then calling into the same module again, is
+    not one."""
     stack: list[str] = []
     met: list[str] = []
     returns: list[str] = []
-    closed: set[str] = set()
+    away: dict[str, bool] = {}  # closed module -> the reader has gone elsewhere since
     for module, function, depth in read:
         while len(stack) > depth:
             gone = stack.pop()
-            if gone not in stack:
-                closed.add(gone)
-        opened = module in stack
-        stack.append(module)
+            if gone not in stack and gone.startswith(within):
+                away[gone] = False
         if not module.startswith(within):
+            stack.append(module)
             continue
+        if module not in stack:
+            if away.pop(module, False):
+                returns.append(f"{module}.{function}")
+            for other in away:
+                away[other] = True
         if module not in met:
             met.append(module)
-        elif module in closed and not opened:
-            returns.append(f"{module}.{function}")
-        closed.discard(module)
+        stack.append(module)
     return met, returns
 
 
-def _profiler(reading: Reading) -> Any:
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        if event != "call":
+class Data:
+    """The request's data as it moves: kubelet's device IDs and the offer they are for, then
+    whatever a function handed them returns (the Pod found, the claims, the plan, the reply).
+    Numbers, booleans and None are never followed: they are shared by value, not by the request.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[object] = []  # kept alive, so that an id is never reused meanwhile
+        self._ids: set[int] = set()
+        self.met: set[tuple[str, str]] = set()  # functions that were handed the data
+
+    def follow(self, value: object, depth: int = 2) -> None:
+        if value is None or isinstance(value, (bool, int, float, asyncio.Future)):
             return
-        if (frame.f_globals.get("__name__"), frame.f_code.co_name) == SERVICER:
+        if id(value) not in self._ids:
+            self._ids.add(id(value))
+            self._held.append(value)
+        if depth == 0 or isinstance(value, (str, bytes)):
+            return
+        if isinstance(value, dict):
+            for item in (*value.keys(), *value.values()):
+                self.follow(item, depth - 1)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            for item in value:
+                self.follow(item, depth - 1)
+        else:
+            for name in _fields(value):
+                self.follow(getattr(value, name, None), depth - 1)
+
+    def handed(self, frame: FrameType) -> bool:
+        code = frame.f_code
+        count = code.co_argcount + code.co_kwonlyargcount
+        count += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)  # *args, **kwargs
+        names = code.co_varnames[:count]
+        values = [frame.f_locals.get(n) for n in names if n not in ("self", "cls")]
+        flat: list[object] = []
+        for value in values:  # the value, and what it holds one level down
+            flat.append(value)
+            if isinstance(value, (tuple, list)):
+                flat.extend(value)
+            elif isinstance(value, dict):
+                flat.extend(value.values())
+            elif not isinstance(value, (str, bytes)):
+                flat.extend(getattr(value, n, None) for n in _fields(value))
+        return any(id(v) in self._ids for v in flat
+                   if v is not None and not isinstance(v, (bool, int, float)))
+
+
+def _fields(value: object) -> tuple[str, ...]:
+    """The attributes a value holds: a dataclass's or msgspec Struct's fields, or its dict."""
+    kind = type(value)
+    if kind.__module__ == "builtins" or not kind.__module__.startswith(PROJECT):
+        return ()
+    return (*getattr(kind, "__slots__", ()), *getattr(kind, "__struct_fields__", ()),
+            *getattr(value, "__dict__", {}))
+
+
+_tasks: dict[int, bool] = {}
+
+
+def _followed(task: asyncio.Task[Any] | None) -> bool:
+    """Whether a task is part of the Allocate: started by the allocator's code, whose tasks the
+    call waits for (the call itself, the realisation, the pod-resources view). A task the kit
+    starts and nobody waits for, the claims store's announcement of a write once the Allocates
+    in flight are done, is not on the way to the reply."""
+    if task is None:
+        return True
+    if id(task) not in _tasks:
+        origin = getattr(task.get_coro(), "cr_origin", None) or ()
+        modules = [_MODULE_OF.get(filename, "") for filename, _line, _function in origin]
+        first = next((m for m in modules if m.startswith(PROJECT)), "services.")
+        _tasks[id(task)] = first.startswith("services.")
+    return _tasks[id(task)]
+
+
+def _profiler(reading: Reading, data: Data) -> Any:
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event not in ("call", "return"):
+            return
+        name = (frame.f_globals.get("__name__"), frame.f_code.co_name)
+        if event == "call" and name == SEEDS:
+            data.follow(frame.f_locals.get("offer"))
+            data.follow(frame.f_locals.get("device_ids"))
+        if event == "call" and name == SERVICER:
             _following.set(True)
-        if _following.get():
+        if not _following.get() or _key(frame) is None or not _followed(asyncio.current_task()):
+            return
+        if event == "call":
             reading.call(frame)
+            if name in (SERVICER, SEEDS) or data.handed(frame):
+                data.met.add(_key(frame))  # type: ignore[arg-type]
+        elif _key(frame) in data.met:
+            data.follow(arg)
 
     return profile
 
 
-async def follow(where: str) -> Reading:
+async def follow(where: str) -> tuple[Reading, Data]:
     server = NatsServer().start()
     directory = Path(tempfile.mkdtemp(prefix="pk", dir=where))
     nc = await nats.connect(server.url, inbox_prefix=inbox_prefix(ADMIN, encode_token(NODE)))
     tasks: list[asyncio.Task[None]] = []
     reading = Reading()
+    data = Data()
     try:
         js = nc.jetstream()
         await ensure_topology(js)
@@ -204,7 +304,7 @@ async def follow(where: str) -> Reading:
                     _MODULE_OF.update({getattr(m, "__file__", None) or "": n
                                        for n, m in list(sys.modules.items())})
                     sys.set_coroutine_origin_tracking_depth(64)
-                    sys.setprofile(_profiler(reading))
+                    sys.setprofile(_profiler(reading, data))
                 try:
                     await stub.Allocate(request, timeout=30)
                 finally:
@@ -214,7 +314,7 @@ async def follow(where: str) -> Reading:
                 if not followed:
                     await _reclaim(store, driver)
         await watcher.stop()
-        return reading
+        return reading, data
     finally:
         for task in tasks:
             task.cancel()
@@ -225,28 +325,39 @@ async def follow(where: str) -> Reading:
         shutil.rmtree(server.store_dir, ignore_errors=True)
 
 
+def report(title: str, read: list[tuple[str, str, int]], *, goal: bool) -> list[str]:
+    mine, returns = path_of(read, ALLOCATOR)
+    everything, all_returns = path_of(read, "")
+    aim = (f" (goal <= {GOAL_MODULES})", f" (goal <= {GOAL_RETURNS})") if goal else ("", "")
+    return [
+        f"{title}: {len(read)} functions",
+        f"  allocator modules met: {len(mine)}{aim[0]}: "
+        + ", ".join(m.removeprefix(ALLOCATOR) for m in mine),
+        f"  returns to an allocator module already left: {len(returns)}{aim[1]}"
+        + (": " + ", ".join(r.removeprefix(ALLOCATOR) for r in returns) if returns else ""),
+        f"  project modules met in all: {len(everything)}, returns among them: "
+        f"{len(all_returns)}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.allocate_path", description=__doc__)
-    parser.add_argument("--show", action="store_true", help="print the reading, function by "
-                        "function, indented by depth")
+    parser.add_argument("--show", choices=("data", "control"), help="print that reading, "
+                        "function by function, indented by depth")
     parser.add_argument("--dir", default="/tmp")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    reading = asyncio.run(follow(args.dir))
+    logging.basicConfig(level=logging.ERROR)
+    reading, data = asyncio.run(follow(args.dir))
+    as_data = reading.only(data.met)
     if args.show:
-        for module, function, depth in reading.read:
+        for module, function, depth in as_data if args.show == "data" else reading.read:
             print(f"{'  ' * depth}{module}.{function}")
-    mine, returns = path_of(reading.read, ALLOCATOR)
-    everything, all_returns = path_of(reading.read, "")
-    print(f"one Allocate (device plugin, a fresh Pod, {RESOURCE}) read from the servicer to "
-          f"its reply, {len(reading.read)} functions:")
-    print(f"  allocator modules met: {len(mine)} (goal <= {GOAL_MODULES}): "
-          + ", ".join(m.removeprefix(ALLOCATOR) for m in mine))
-    print(f"  returns to an allocator module already left: {len(returns)} "
-          f"(goal <= {GOAL_RETURNS})" + (": " + ", ".join(
-              r.removeprefix(ALLOCATOR) for r in returns) if returns else ""))
-    print(f"  project modules met in all: {len(everything)}, returns among them: "
-          f"{len(all_returns)}")
+    print(f"one Allocate (device plugin, a fresh Pod, {RESOURCE}), from the servicer to its "
+          "reply")
+    print("\n".join(report("followed as data (the functions handed the request's data)",
+                           as_data, goal=True)))
+    print("\n".join(report("followed as control (every function called)", reading.read,
+                           goal=False)))
     return 0
 
 

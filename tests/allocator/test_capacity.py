@@ -18,7 +18,7 @@ from schemas import CardClaims, NodeCapacity, decode
 from schemas.names import BUCKET_CAPACITY, capacity_key
 from services.allocator.core import catalog
 from services.allocator.core.advertise import advertise
-from services.allocator.core.snapshot import Snapshot
+from services.allocator.core.placement import Snapshot
 from tests_support import make_claim, until
 from tests_support.allocator import MIG, node_stack
 

@@ -21,8 +21,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from partkeeper.bus import publish
 from schemas import ClaimChanged
 from schemas.names import STREAM_PARTITIONS, parts_filter, parts_subject
-from services.allocator.core.changes import Changes
 from services.allocator.core.recompute import Recompute
+from services.allocator.core.state import Changes
 from services.allocator.deviceplugin import removals
 from tests_support import until
 from tests_support.allocator import node_stack

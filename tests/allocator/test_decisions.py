@@ -18,10 +18,10 @@ from partkeeper.drivers.profiles import model
 from schemas import CardClaims, Claim, ContainerRequest, LiveInstance, PodRecord
 from schemas.events import ClaimState
 from services.allocator.core import catalog, tokens
-from services.allocator.core.snapshot import Snapshot
-from services.allocator.deviceplugin import where as blockers
-from services.allocator.deviceplugin import whichpod as podmatch
-from services.allocator.deviceplugin import whichpod as retry
+from services.allocator.core.placement import Snapshot
+from services.allocator.deviceplugin import decide as blockers
+from services.allocator.deviceplugin import decide as podmatch
+from services.allocator.deviceplugin import decide as retry
 from tests_support import UID, make_claim
 
 OTHER = "7c1e1a4e-1111-4e5f-8a9b-0c1d2e3f4a5b"

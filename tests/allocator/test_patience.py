@@ -12,9 +12,8 @@ import pytest
 
 from partkeeper.bus import NoAnswer, RemoteError
 from partkeeper.claims import StoreReadError
-from services.allocator.core import patience
-from services.allocator.core.context import Context
-from services.allocator.core.snapshot import SnapshotError
+from services.allocator.core import state
+from services.allocator.core.state import Context, SnapshotError
 
 
 def ctx(budget: float) -> Context:
@@ -50,7 +49,7 @@ async def test_an_unreachable_store_is_waited_for(error) -> None:
             raise failures.pop()
         return "read"
 
-    assert await patience.waiting(ctx(30), "reading the claims", call) == "read"
+    assert await state.waiting(ctx(30), "reading the claims", call) == "read"
     assert failures == []
 
 
@@ -67,7 +66,7 @@ async def test_other_failures_are_raised_at_once(error) -> None:
         raise error()
 
     with pytest.raises((StoreReadError, nats.js.errors.BadRequestError)):
-        await patience.waiting(ctx(30), "reading the claims", call)
+        await state.waiting(ctx(30), "reading the claims", call)
     assert calls == 1
 
 
@@ -80,7 +79,7 @@ async def test_the_wait_is_bounded_then_fails_closed() -> None:
         raise wrapped_timeout()
 
     with pytest.raises(SnapshotError):
-        await patience.waiting(ctx(0.3), "reading the claims", call)
+        await state.waiting(ctx(0.3), "reading the claims", call)
     assert calls > 1
 
 
@@ -91,7 +90,7 @@ async def test_cancellation_ends_the_wait() -> None:
         started.set()
         raise unavailable()
 
-    task = asyncio.create_task(patience.waiting(ctx(600), "reading the claims", call))
+    task = asyncio.create_task(state.waiting(ctx(600), "reading the claims", call))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -108,7 +107,7 @@ async def test_a_watcher_without_a_usable_answer_is_asked_again_until_the_deadli
         return "pods"
 
     until = asyncio.get_running_loop().time() + 30
-    assert await patience.answered(until, "pods.pending", call) == "pods"
+    assert await state.answered(until, "pods.pending", call) == "pods"
 
 
 async def test_a_refused_request_is_not_asked_again() -> None:
@@ -121,5 +120,5 @@ async def test_a_refused_request_is_not_asked_again() -> None:
 
     until = asyncio.get_running_loop().time() + 30
     with pytest.raises(RemoteError):
-        await patience.answered(until, "pods.pending", call)
+        await state.answered(until, "pods.pending", call)
     assert calls == 1

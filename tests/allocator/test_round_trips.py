@@ -47,7 +47,7 @@ RESOURCE = "nvidia.com/mig-1g.10gb"
 # Each line is a step of docs/contract.md section 5; see docs/benchmarks.md, "Allocate".
 ALLOCATE = {
     # no read of the claims: the card's document as this allocator last read or wrote it is
-    # current while the claims watch shows no newer revision (services/allocator/core/views.py); the
+    # current while the claims watch shows no newer revision (`state.Views`); the
     # retry check, the Pod lookup and the plan share it, and both compare-and-sets write against
     # it and then against the first one's revision
     "request pods.pending": 1,  # which Pod: the watcher's view

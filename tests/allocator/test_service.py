@@ -180,7 +180,7 @@ async def test_inv9_unreadable_hardware_refuses_and_keeps_the_advertised_lists(
         await n.watcher.add(n.watcher.record("0d1e2f3a-4b5c-4d6e-8f7a-8b9c0d1e2f3a", "b",
                                              {"main": {R1: 1}}))
         n.sim.fail("list", 1000)  # every enumeration fails from now on
-        # The allocator plans on its last enumeration while nothing has moved (views.py) and
+        # The allocator plans on its last enumeration while nothing has moved (`state.Views`) and
         # drops it at the first that fails: here the hardware poll's. Two failed mean the first
         # one's result has reached the allocator.
         await until(lambda: n.sim.list()["faults"]["list"]["times"] <= 998,

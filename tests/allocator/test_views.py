@@ -1,4 +1,4 @@
-"""What an Allocate plans on without reading again (services/allocator/core/views.py): when the
+"""What an Allocate plans on without reading again (`state.Views`): when the
 views are current, when they are not, and what a plan on stale ones comes to."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from partkeeper.drivers import Instance
-from services.allocator.core.views import Enumeration, Views
+from services.allocator.core.state import Enumeration, Views
 from tests_support.allocator import FAST, MIG, node_stack
 
 R1 = MIG + "1g.10gb"

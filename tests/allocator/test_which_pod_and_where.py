@@ -1,6 +1,6 @@
 """The Allocate's pure decisions, exhaustively and by property: which Pod it serves
-(`whichpod`: kubelet's retry, the holder of handed-on IDs, the pending candidates, the one
-chosen) and what follows a plan that wrote nothing (`where.after_miss`)."""
+(`decide`: kubelet's retry, the holder of handed-on IDs, the pending candidates, the one
+chosen) and what follows a plan that wrote nothing (`decide.after_miss`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from schemas import Claim, ContainerRequest, PodRecord
 from schemas.events import ClaimState
-from services.allocator.core.podresources import KubeletView
-from services.allocator.core.writes import Target
-from services.allocator.deviceplugin import where, whichpod
-from services.allocator.deviceplugin.whichpod import Holder
+from services.allocator.core.placement import Target
+from services.allocator.deviceplugin import decide
+from services.allocator.deviceplugin.decide import Holder, KubeletView
 from tests_support import UID, make_claim
 
 R = "nvidia.com/mig-1g.10gb"
@@ -50,7 +49,7 @@ ADMITTING = {"no answer", "container listed without it",
 @pytest.mark.parametrize(("dead", "admitted", "view"),
                          list(itertools.product([False, True], [False, True], VIEWS)))
 def test_holder_every_case(dead: bool, admitted: bool, view: str) -> None:
-    said = whichpod.holder(HELD, dead=dead, being_admitted=admitted, kubelet=VIEWS[view])
+    said = decide.holder(HELD, dead=dead, being_admitted=admitted, kubelet=VIEWS[view])
     if dead:
         expected = Holder.DEAD
     elif admitted and view in ADMITTING:
@@ -83,7 +82,7 @@ claims_st = st.lists(
 def test_a_retry_group_is_one_containers_and_carries_only_the_ids(
     claims: list[Claim], ids: list[str]
 ) -> None:
-    group = whichpod.existing(claims, R, ids)
+    group = decide.existing(claims, R, ids)
     if not group:
         return
     assert {(c.pod_uid, c.container) for c in group} == {(group[0].pod_uid, group[0].container)}
@@ -92,7 +91,7 @@ def test_a_retry_group_is_one_containers_and_carries_only_the_ids(
     assert carried <= set(ids)
     if carried != set(ids):  # cut short by a crash: only ever while all are still creating
         assert all(c.state == "creating" for c in group)
-    missing = whichpod.missing(group, ids)
+    missing = decide.missing(group, ids)
     assert set(missing) == set(ids) - carried
     assert missing == [t for t in ids if t in missing]  # in the request's order
     # A token several claims carry belongs to the newest: that one is in the group.
@@ -133,7 +132,7 @@ claimed_st = st.sets(st.tuples(st.sampled_from(UIDS), st.sampled_from(["init", "
 def test_the_candidates_are_unclaimed_first_containers_in_admission_order(
     pods: list[PodRecord], quantity: int, claimed: set[tuple[str, str]], kubelet
 ) -> None:
-    found = whichpod.survivors(pods, R, quantity, claimed, kubelet)
+    found = decide.survivors(pods, R, quantity, claimed, kubelet)
     order = [p.uid for p in pods]
     assert [t.uid for t in found] == sorted((t.uid for t in found), key=order.index)
     assert len({t.uid for t in found}) == len(found)  # at most one container per Pod
@@ -147,7 +146,7 @@ def test_the_candidates_are_unclaimed_first_containers_in_admission_order(
         else:
             listed = kubelet.get((t.namespace, t.name))
             assert listed is not None and R not in listed.get(t.container, frozenset())
-    chosen = whichpod.chosen(found)
+    chosen = decide.chosen(found)
     assert (chosen is not None) == (len(found) == 1)  # several are never chosen from
     if chosen is not None:
         assert chosen == found[0]
@@ -155,9 +154,9 @@ def test_the_candidates_are_unclaimed_first_containers_in_admission_order(
 
 def test_chosen_never_guesses() -> None:
     a, b = Target(UIDS[0], "default", "a", "main"), Target(UIDS[1], "default", "b", "main")
-    assert whichpod.chosen([]) is None
-    assert whichpod.chosen([a, b]) is None
-    assert whichpod.chosen([a]) == a
+    assert decide.chosen([]) is None
+    assert decide.chosen([a, b]) is None
+    assert decide.chosen([a]) == a
 
 
 # -- what follows a plan that wrote nothing -----------------------------------------------------
@@ -172,19 +171,19 @@ REMAINING = [-1.0, 0.0, 0.5]
 )
 def test_after_miss_every_case(placed: bool, fresh: bool, room_failed: bool, attempt: int,
                                made_room_at: int, remaining: float) -> None:
-    step = where.after_miss(placed=placed, fresh=fresh, attempt=attempt,
+    step = decide.after_miss(placed=placed, fresh=fresh, attempt=attempt,
                             made_room_at=made_room_at, remaining=remaining,
                             room_failed=room_failed)
     if not placed and not fresh:
-        expected = where.Step.READ_FRESH  # a plan on the views is checked on a fresh read
+        expected = decide.Step.READ_FRESH  # a plan on the views is checked on a fresh read
     elif not placed and not room_failed and remaining > 0 and made_room_at != attempt - 1:
-        expected = where.Step.MAKE_ROOM
+        expected = decide.Step.MAKE_ROOM
     elif remaining <= 0:
-        expected = where.Step.REFUSE
+        expected = decide.Step.REFUSE
     elif placed:
-        expected = where.Step.PLAN_AGAIN
+        expected = decide.Step.PLAN_AGAIN
     else:
-        expected = where.Step.WAIT
+        expected = decide.Step.WAIT
     assert step is expected
 
 
@@ -201,24 +200,112 @@ def test_room_is_never_made_twice_in_a_row_and_the_end_is_a_refusal(
     made: list[int] = []  # the attempts after which room was made
     for step_number, (placed, room_made) in enumerate(outcomes, 1):
         remaining = budget - step_number
-        step = where.after_miss(placed=placed, fresh=True, attempt=attempt + 1,
+        step = decide.after_miss(placed=placed, fresh=True, attempt=attempt + 1,
                                 made_room_at=made_at, remaining=remaining)
         attempt += 1
-        if step is where.Step.MAKE_ROOM:
+        if step is decide.Step.MAKE_ROOM:
             assert attempt - 1 not in made  # never right after room was made
             assert not placed and remaining > 0
             if room_made:
                 made.append(attempt)
                 made_at = attempt
                 continue
-            step = where.after_miss(placed=False, fresh=True, attempt=attempt,
+            step = decide.after_miss(placed=False, fresh=True, attempt=attempt,
                                     made_room_at=made_at, remaining=remaining, room_failed=True)
-        assert step is not where.Step.MAKE_ROOM
+        assert step is not decide.Step.MAKE_ROOM
         if remaining <= 0:
-            assert step is where.Step.REFUSE
+            assert step is decide.Step.REFUSE
             break
-        assert step is (where.Step.PLAN_AGAIN if placed else where.Step.WAIT)
+        assert step is (decide.Step.PLAN_AGAIN if placed else decide.Step.WAIT)
 
 
 def test_the_room_wait_stays_under_its_cap() -> None:
-    assert all(0 < where.ROOM_WAIT(n) <= 4.0 for n in range(1, 20))
+    assert all(0 < decide.ROOM_WAIT(n) <= 4.0 for n in range(1, 20))
+
+
+# -- which_pod: the one decision the shell asks until it says RESUME or SERVE ------------------
+
+holder_st = st.none() | st.builds(decide.HolderSeen, dead=st.booleans(),
+                                  being_admitted=st.booleans(),
+                                  kubelet=st.sampled_from(list(VIEWS.values())))
+looked_st = st.none() | st.builds(
+    decide.Looked, answered=st.booleans(), pods=pods_st.map(tuple), kubelet=kubelet_st,
+    problem=st.sampled_from(["", "the watcher's pods.pending failed: timeout"]),
+).filter(lambda lk: lk.answered or lk.problem)
+gathered_st = st.builds(
+    decide.Gathered, claims=claims_st.map(tuple), fresh=st.booleans(), holder=holder_st,
+    looked=looked_st, confirmed=st.none() | st.frozensets(st.sampled_from(UIDS), max_size=4),
+)
+asked_st = st.builds(decide.Asked, resource=st.just(R),
+                     ids=st.lists(tokens, min_size=1, max_size=2, unique=True).map(tuple),
+                     serving=st.frozensets(st.tuples(st.sampled_from(UIDS),
+                                                     st.sampled_from(["init", "main", "side"])),
+                                           max_size=2))
+
+
+@given(asked_st, gathered_st)
+@settings(max_examples=1500, deadline=None)
+def test_which_pod_resumes_only_kubelets_retry_and_serves_only_one_unclaimed_container(
+    asked: decide.Asked, known: decide.Gathered
+) -> None:
+    answer = decide.which_pod(asked, known)
+    group = decide.existing(known.claims, R, asked.ids)
+    # Tokens some claim carries are never judged on the views, nor without asking.
+    if group and not known.fresh:
+        assert answer.next is decide.Next.READ_FRESH
+        return
+    if group and known.holder is None:
+        assert answer.next is decide.Next.JUDGE and list(answer.group) == group
+        return
+    if answer.next is decide.Next.RESUME:
+        # Only the container that holds the IDs, asking again while kubelet admits it.
+        assert group and list(answer.group) == group and known.holder is not None
+        assert not known.holder.dead and known.holder.being_admitted
+        assert decide.admitting(known.holder.kubelet, group[0])
+        return
+    if group:
+        assert known.holder is not None
+        said = decide.holder(group[0], dead=known.holder.dead,
+                             being_admitted=known.holder.being_admitted,
+                             kubelet=known.holder.kubelet)
+        assert said is not Holder.RETRY
+        assert (answer.handed_on is not None) == (said is Holder.HANDED_ON)
+    else:
+        assert answer.handed_on is None
+    claimed = {(c.pod_uid, c.container) for c in known.claims if c.resource == R}
+    if answer.next is decide.Next.SERVE:
+        target = answer.target
+        assert target is not None and known.looked is not None and known.looked.answered
+        # Never a container that holds a claim of the resource or another Allocate is serving.
+        assert (target.uid, target.container) not in claimed | asked.serving
+        found = decide.survivors(known.looked.pods, R, len(asked.ids), claimed | asked.serving,
+                                 known.looked.kubelet)
+        left = found if len(found) < 2 else [t for t in found
+                                             if known.confirmed and t.uid in known.confirmed]
+        assert left == [target]  # the one left, never a pick among several
+    elif answer.next is decide.Next.CONFIRM:
+        assert known.confirmed is None and len(answer.candidates) > 1
+    else:
+        assert answer.next is decide.Next.LOOK
+        assert answer.target is None
+        assert known.looked is None or known.looked.problem or len(answer.candidates) != 1
+
+
+def test_which_pod_walks_a_new_allocation_from_the_claims_to_the_container() -> None:
+    """The shell's loop, played by hand: no claim carries the IDs, so look; two Pods are pending
+    and kubelet cannot say which it admits, so confirm; one is no longer being admitted."""
+    pods = tuple(PodRecord(node="n", uid=UIDS[i], namespace="default", name=f"p{i}",
+                           phase="Pending", state="live",
+                           containers=[ContainerRequest(name="main", requests={R: 1})],
+                           resource_version="1", updated_at=0) for i in range(2))
+    asked = decide.Asked(R, ("t0",))
+    known = decide.Gathered(claims=(), fresh=False)
+    assert decide.which_pod(asked, known).next is decide.Next.LOOK
+    known = decide.Gathered((), False, looked=decide.Looked(answered=True, pods=pods))
+    answer = decide.which_pod(asked, known)
+    assert answer.next is decide.Next.CONFIRM
+    assert [t.uid for t in answer.candidates] == UIDS[:2]
+    known = decide.Gathered((), False, looked=known.looked, confirmed=frozenset({UIDS[1]}))
+    answer = decide.which_pod(asked, known)
+    assert answer.next is decide.Next.SERVE
+    assert answer.target == Target(UIDS[1], "default", "p1", "main")

@@ -21,7 +21,7 @@ from tests_support.dra import dra_node
 # docs/benchmarks.md, "DRA prepare".
 PREPARE = {
     # no read of the claims: the card's document as this allocator last read or wrote it, current
-    # while the claims watch shows no newer revision (services/allocator/core/views.py); both
+    # while the claims watch shows no newer revision (`state.Views`); both
     # compare-and-sets write against it, then against the first
     "kv cas pk-claims": 2,  # (none) -> creating before the driver; creating -> active after it
 }

@@ -23,8 +23,8 @@ from partkeeper.config import Config
 from partkeeper.drivers.base import Instance, InstanceSpec, UnknownError
 from schemas import CardClaims, Claim, LiveInstance
 from schemas.events import ClaimState
-from services.allocator.core import partitions
-from services.allocator.core.context import Context
+from services.allocator.core import writes
+from services.allocator.core.state import Context
 from services.reclaimer.decide import Step, decide, sighting
 from tests_support import make_claim
 from tests_support.drivers import Harness
@@ -115,9 +115,9 @@ async def test_a_resumed_allocate_completes_a_gpu_instance_left_without_compute_
     await store.update(0, lambda d: machine.begin(d, claim))
     config = Config(node=node, driver=driver.name)  # type: ignore[arg-type]  # a driver's name is one of Config's
     ctx = Context(config, js._nc, js, store, driver,
-                  tuple(driver.cards()), {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
-    assert await partitions.adopt(ctx, claim) is None  # no UUID: not adopted as it is
-    [active] = await partitions.realise(ctx, [claim], resume=True)
+                  tuple(driver.cards()), {}, None, None)  # type: ignore[arg-type]  # parts unused here
+    assert await writes.adopt(ctx, claim) is None  # no UUID: not adopted as it is
+    [active] = await writes.realise(ctx, [claim], resume=True)
     assert active.state == "active" and active.instance is not None
     assert active.instance.gi_id == left.gi_id and active.instance.uuid.startswith("MIG-")
     assert [i.uuid for i in driver.instances(0)] == [active.instance.uuid]

@@ -23,9 +23,9 @@ from partkeeper.drivers import Driver, open_driver
 from partkeeper.drivers.base import ContainerEdits, InstanceSpec, ReadError
 from partkeeper.drivers.nvidia.binding import NvmlDriver
 from services.allocator.core import handoff
-from services.allocator.core.context import Context
 from services.allocator.core.refusal import Refusal
-from services.allocator.deviceplugin import reply
+from services.allocator.core.state import Context
+from services.allocator.deviceplugin import plugin
 from tests_support.drivers import active_claim
 
 
@@ -216,7 +216,7 @@ def test_the_cdi_spec_is_version_0_6_with_the_uuid_and_the_nodes(tmp_path: Path)
 async def _context(js, node: str, driver: Driver, config: Config) -> Context:
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     return Context(config, js._nc, js, store, driver, tuple(driver.cards()),
-                   {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
+                   {}, None, None)  # type: ignore[arg-type]  # parts unused here
 
 
 @pytest.mark.parametrize("strategy", ["envvar", "cdi"])
@@ -231,7 +231,7 @@ async def test_allocate_response_carries_device_specs_and_cdi_devices(
                     cdi_dir=tmp_path / "cdi")
     ctx = await _context(js, node, driver, config)
     nodes, names = await handoff.partition_handoff(ctx, claims)
-    response = reply.partition_response(claims, nodes, names)
+    response = plugin.partition_response(claims, nodes, names)
     paths = [d.container_path for d in response.devices]
     assert paths.count("/dev/nvidia0") == 1 and len(paths) == 2 + 1 + 4  # ctl, uvm, card, 4 caps
     assert all(d.permissions == "rw" for d in response.devices)

@@ -14,8 +14,8 @@ from partkeeper.claims import ClaimsStore
 from partkeeper.config import Config
 from partkeeper.drivers.base import InstanceSpec
 from services.allocator.core import handoff
-from services.allocator.core.context import Context
-from services.allocator.deviceplugin import reply
+from services.allocator.core.state import Context
+from services.allocator.deviceplugin import plugin
 from tests_support.drivers import active_claim
 from tests_support.vendor_rigs import hygon_rig, open_dmi
 
@@ -32,9 +32,9 @@ async def test_a_dcu_partition_is_handed_over_with_hygon_s_edits_and_cdi_spec(
                     cdi_dir=tmp_path / "cdi", driver_root=rig.root)
     store = ClaimsStore(await Bucket.open(js, "pk-claims"), node)
     ctx = Context(config, js._nc, js, store, driver, tuple(driver.cards()),
-                  {}, None, None, None)  # type: ignore[arg-type]  # parts unused here
+                  {}, None, None)  # type: ignore[arg-type]  # parts unused here
     edits, names = await handoff.partition_handoff(ctx, claims)
-    response = reply.partition_response(claims, edits, names)
+    response = plugin.partition_response(claims, edits, names)
     record = "/etc/dmi_mig_config/ci/dev0gi1ci0.conf"
     assert response.envs["DMI_MIG_VISIBLE_DEVICE"] == inst.uuid
     assert "NVIDIA_VISIBLE_DEVICES" not in response.envs

@@ -17,7 +17,7 @@ from schemas import Claim, NodeCapacity
 from schemas.documents import CardView, InstanceView, ResourceCapacity
 from services.allocator.core import capacity, tokens
 from services.allocator.core.catalog import Offer
-from services.allocator.core.snapshot import Snapshot
+from services.allocator.core.placement import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,9 @@ from partkeeper.config import Config
 from partkeeper.drivers import Card, Driver, DriverError
 from schemas.names import BUCKET_CLAIMS
 from services.allocator.core import catalog
-from services.allocator.core.changes import Changes
-from services.allocator.core.context import Context
 from services.allocator.core.options import Options
-from services.allocator.core.podresources import PodResources
 from services.allocator.core.podview import PodView
+from services.allocator.core.state import Changes, Context
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,7 @@ async def context(config: Config, nc: Client, options: Options) -> tuple[Context
                               sliced_resource=config.sliced_resource,
                               slices_per_card=config.slices_per_card),
         pods=PodView(nc, config.node, changes.touch),
-        changes=changes, podres=PodResources(config.pod_resources_socket), options=options,
+        changes=changes, options=options,
     )
     store.announce_after = ctx.quiet  # the audit follows the Allocates in flight
     return ctx, claims.kv

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from partkeeper.drivers import Card
-from partkeeper.drivers.profiles import MODELS, max_instances
+from partkeeper.drivers.profiles import MODELS, ONE_PARTITION_PER_CONTAINER, max_instances
 from schemas.documents import SLICE_PROFILE, ClaimKind
 
 Range = tuple[int, int]  # (start, size) in slices of a card
@@ -27,6 +27,9 @@ class Offer:
     profile: str
     tokens: tuple[str, ...]
     legal: Mapping[int, tuple[Range, ...]]  # card index -> legal (start, size) of the profile
+    # The vendors among the offer's cards whose runtimes make exactly one partition visible to
+    # a container (T-Head, Hygon): a request for more is refused before anything is claimed.
+    one_per_container: tuple[str, ...] = ()
 
     @property
     def cards(self) -> tuple[int, ...]:
@@ -49,17 +52,22 @@ def offers(
     """
     legal: dict[str, dict[int, tuple[Range, ...]]] = {}
     counts: dict[str, int] = {}
+    single: dict[str, set[str]] = {}
     for card in sorted(cards, key=lambda c: c.index):
         if card.mode != "partition" or card.model not in MODELS:
             continue
-        for name, profile in MODELS[card.model].profiles.items():
+        model = MODELS[card.model]
+        for name, profile in model.profiles.items():
             legal.setdefault(name, {})[card.index] = profile.placements()
             counts[name] = counts.get(name, 0) + max_instances(profile)
+            if model.vendor in ONE_PARTITION_PER_CONTAINER:
+                single.setdefault(name, set()).add(model.vendor)
     found: dict[str, Offer] = {}
     for name in sorted(legal, key=_profile_order):
         resource = partition_resource(prefix, name)
         tokens = tuple(f"{name}-{i}" for i in range(counts[name]))
-        found[resource] = Offer(resource, "partition", name, tokens, legal[name])
+        found[resource] = Offer(resource, "partition", name, tokens, legal[name],
+                                tuple(sorted(single.get(name, ()))))
     sliced = [c.index for c in cards if c.mode == "sliced"]
     if sliced:
         per_card = tuple((i, 1) for i in range(slices_per_card))

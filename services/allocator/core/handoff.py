@@ -24,8 +24,8 @@ from partkeeper import cdi
 from partkeeper.drivers.base import ContainerEdits, DriverError, Instance
 from schemas import Claim
 from services.allocator.core import sliced
-from services.allocator.core.context import Context
 from services.allocator.core.refusal import Refusal, Result
+from services.allocator.core.state import Context
 
 
 def _refusal(claims: Sequence[Claim], what: str, done: str, exc: DriverError) -> Refusal:

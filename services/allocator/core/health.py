@@ -29,7 +29,7 @@ from partkeeper.claims import StoreReadError
 from partkeeper.drivers.cardhealth import CardEvent, CardHealth, EventSource, Fault, Scope
 from schemas import CardHealthChanged, CardUnhealthy, Claim
 from schemas.names import parts_subject
-from services.allocator.core.context import Context
+from services.allocator.core.state import Context
 
 log = logging.getLogger(__name__)
 

@@ -5,16 +5,21 @@ offered while anything covers it (invariant 5). Among the cards where the profil
 most occupied one wins (packing keeps whole cards free for large profiles); ties go to the lowest
 card index, and on the chosen card the lowest free legal start is taken. A failed card (a fatal
 XID, or lost: partkeeper/drivers/cardhealth.py) takes nothing new, whatever room it has.
+
+A plan is made for a `Target` (the container a claim is written for) on a `Snapshot` (the
+claims, the cards' instances and the Pod states one read found; `state.read` makes one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from partkeeper.drivers import Instance
+from partkeeper.claims.inventory import Inventory, classify
+from partkeeper.drivers import Card, IdentityRule, Instance
+from partkeeper.drivers.cardhealth import CardHealth
 from partkeeper.drivers.profiles import overlaps
-from schemas import Claim
+from schemas import CardClaims, Claim
 from schemas.documents import ClaimKind
 from services.allocator.core.catalog import Range
 
@@ -28,6 +33,64 @@ class Spot:
     @property
     def range(self) -> Range:
         return (self.start, self.size)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The container a claim is written for."""
+
+    uid: str
+    namespace: str
+    name: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"Pod {self.namespace}/{self.name} ({self.uid}) container {self.container}"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    cards: Mapping[int, Card]
+    docs: Mapping[int, CardClaims]
+    revisions: Mapping[int, int]
+    instances: Mapping[int, tuple[Instance, ...]]
+    same: IdentityRule  # the driver's identity rule (`same_partition`), for `inventory`
+    dead: frozenset[str] = field(default_factory=frozenset)  # Pods confirmed finished or gone
+    read_at: float = 0.0  # wall-clock time of the read (claims' ages are judged against it)
+    fresh: bool = True  # False: some of it came from the views, fit to plan a write on only
+    health: CardHealth = field(default_factory=CardHealth)  # the card watch's fold
+    lost: frozenset[int] = frozenset()  # cards this read found lost (their instances unread)
+
+    @property
+    def failed(self) -> frozenset[int]:
+        """Cards that take nothing new: failed by a fatal event, or lost."""
+        return self.health.failed_cards() | self.lost
+
+    def claim_failed(self, claim: Claim) -> bool:
+        """Whether the claim's card failed, or its own partition did."""
+        if claim.card in self.failed:
+            return True
+        inst = claim.instance
+        return inst is not None and self.health.instance_fault(
+            claim.card, inst.gi_id, inst.ci_id) is not None
+
+    @property
+    def claims(self) -> list[Claim]:
+        return [c for card in sorted(self.docs) for c in self.docs[card].claims.values()]
+
+    @property
+    def all_instances(self) -> list[Instance]:
+        return [i for card in sorted(self.instances) for i in self.instances[card]]
+
+    def inventory(self, card: int) -> Inventory:
+        """The card's instances matched to its claims by the driver's identity rule."""
+        return classify(self.docs[card], list(self.instances.get(card, ())), self.same)
+
+    def is_dead(self, uid: str) -> bool:
+        return uid in self.dead
+
+    def with_dead(self, uids: Iterable[str]) -> Snapshot:
+        return replace(self, dead=self.dead | frozenset(uids))
 
 
 def occupied(

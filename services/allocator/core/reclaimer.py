@@ -10,7 +10,7 @@ import logging
 from partkeeper.bus import Unanswered
 from partkeeper.bus.clients import ReclaimerClient
 from partkeeper.telemetry.logs import decision
-from services.allocator.core.context import Context
+from services.allocator.core.state import Context
 
 log = logging.getLogger(__name__)
 

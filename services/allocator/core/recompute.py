@@ -29,8 +29,7 @@ from schemas import Claim, NodeCapacity, encode
 from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
 from services.allocator.core import sliced
 from services.allocator.core.advertise import advertise, same
-from services.allocator.core.context import Context
-from services.allocator.core.snapshot import SnapshotError, read, read_instances
+from services.allocator.core.state import Context, SnapshotError, read, read_instances
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from partkeeper.workdir import WorkdirError, sliced_dir, write_sliced
 from schemas import Claim
 from schemas.documents import SliceLimiterView
 from services.allocator.core import writes
-from services.allocator.core.context import Context
 from services.allocator.core.refusal import Refusal, Result
+from services.allocator.core.state import Context
 
 log = logging.getLogger(__name__)
 

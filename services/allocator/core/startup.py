@@ -19,9 +19,9 @@ from partkeeper.errors import StartupError
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
 from services.allocator.core import claims_service
-from services.allocator.core.context import Context
 from services.allocator.core.health import Health
 from services.allocator.core.recompute import Board, Recompute, watch_claims
+from services.allocator.core.state import Context
 
 
 async def start(
@@ -29,7 +29,6 @@ async def start(
 ) -> Recompute:
     """Start the shared parts in order (module docstring); the recompute, once computed."""
     loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    life.on_stop("the pod-resources client", ctx.podres.close)
     life.spawn("pod view", ctx.pods.run(loaded))
     life.spawn("claims watch", watch_claims(ctx, claims_kv, claims_seen))
     await life.until(loaded)

@@ -5,8 +5,8 @@
     otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as
                  `creating` -> create -> `active` -> descriptors -> reply
 
-Which Pod it serves is decided by the pure rules of `whichpod.py` on what `podmatch.py` asked.
-A retry is recognised only for the Pod it belongs to (`whichpod.holder`); device IDs kubelet
+Which Pod it serves is decided by the pure rules of `decide.py` on what `podmatch.py` asked.
+A retry is recognised only for the Pod it belongs to (`decide.holder`); device IDs kubelet
 handed on from a stopped Pod start a new allocation for the Pod kubelet is admitting. One claim's
 partition is never returned to another Pod. See docs/allocator.md, "Which Pod an Allocate serves".
 
@@ -24,24 +24,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from opentelemetry import trace
 
-from partkeeper import faults
+from partkeeper import backoff, faults
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.lifecycle import woken_or_timeout
 from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
-from services.allocator.core import events, handoff, partitions, patience, sliced, writes
+from services.allocator.core import events, handoff, sliced, state, writes
 from services.allocator.core.catalog import Offer
-from services.allocator.core.context import Context
-from services.allocator.core.placement import Spot, place
+from services.allocator.core.placement import Snapshot, Spot, Target, place
 from services.allocator.core.refusal import Refusal, Result
-from services.allocator.core.snapshot import ClaimsRead, Snapshot, SnapshotError, read, read_claims
-from services.allocator.core.writes import Target
-from services.allocator.deviceplugin import podmatch, reply, room, where, whichpod
+from services.allocator.core.state import ClaimsRead, Context, SnapshotError, read, read_claims
+from services.allocator.deviceplugin import decide, plugin, podmatch, room
+from services.allocator.deviceplugin.podmatch import PodResources
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)
@@ -52,6 +52,7 @@ PLAN_ATTEMPTS = 3  # plans in a row whose placement the driver found taken befor
 class Allocator:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.kubelet = PodResources(ctx.config.pod_resources_socket)
         self._calls: set[asyncio.Task[pb.ContainerAllocateResponse]] = set()
         self._work: dict[str, asyncio.Task[list[Claim]]] = {}  # claim id -> its realisation
         self._serving: set[tuple[str, str, str]] = set()  # (uid, container, resource) in flight
@@ -107,53 +108,111 @@ class Allocator:
         pending = set(self._work.values())
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.kubelet.close()
 
     async def _allocate(
         self, offer: Offer, device_ids: Sequence[str]
     ) -> tuple[pb.ContainerAllocateResponse, str]:
+        # The one deadline: every wait of this Allocate (the claims store, the watcher, room)
+        # ends by it.
         until = asyncio.get_running_loop().time() + self.ctx.options.room_wait_seconds
         ids = _checked(offer, device_ids)
-        models = [self.ctx.card(c).model for c in offer.cards if offer.kind == "partition"]
-        if (why := reply.too_many_for_one_container(models, len(ids))) is not None:
-            raise Refusal(Result.INVALID, f"Allocate for {offer.resource}: {why}")
         # One decision at a time in this process, so two concurrent Allocates never pick the
         # same container before either has written its claim (kubelet admits one at a time).
-        handed_on: Claim | None = None  # the live-looking holder of tokens kubelet handed on
         async with self._choosing:
-            with _tracer.start_as_current_span("claims read"):
-                known = await self._claims(until, views=True)
-                claims = known.claims
-                group = whichpod.existing(claims, offer.resource, ids)
-                if group and not known.fresh:
-                    # Tokens some claim carries: a retry, or handed on. Judged on a fresh read.
-                    known = await self._claims(until)
-                    claims = known.claims
-                    group = whichpod.existing(claims, offer.resource, ids)
-            if group:
-                holder = await podmatch.judge(self.ctx, group, until)
-                if holder is not whichpod.Holder.RETRY:
-                    handed_on = group[0] if holder is whichpod.Holder.HANDED_ON else None
-                    group = []
-            if not group:
-                target = self._serve(offer, await self._find(offer, len(ids), claims, until))
-        if group:
+            answer, known = await self._which_pod(offer, ids, until)
+            if answer.next is decide.Next.RESUME:
+                group = list(answer.group)
+            else:
+                target = self._serve(offer, answer.target)
+        if answer.next is decide.Next.RESUME:
             first = group[0]
             _tag(trace.get_current_span(), first.pod_uid, first.namespace, first.name,
                  first.container)
             try:
                 return await self._resume(offer, group, ids, until), "retry"
             except Refusal as exc:
-                exc.about(group[0].pod_uid, group[0].namespace, group[0].name)
+                exc.about(first.pod_uid, first.namespace, first.name)
                 raise
         try:
             return await self._serve_target(offer, target, ids, known, until), "ok"
         except Refusal as exc:
-            if handed_on is not None and exc.result is Result.FULL:
+            if answer.handed_on is not None and exc.result is Result.FULL:
                 exc = Refusal(Result.FULL,
-                              whichpod.handed_on(handed_on, target, ids) + exc.message)
+                              decide.handed_on(answer.handed_on, target, ids) + exc.message)
             raise exc.about(target.uid, target.namespace, target.name) from exc.__cause__
         finally:
             self._serving.discard((target.uid, target.container, offer.resource))
+
+    async def _which_pod(
+        self, offer: Offer, ids: list[str], until: float
+    ) -> tuple[decide.Answer, ClaimsRead]:
+        """Gather what `decide.which_pod` asks for until it says RESUME or SERVE; also the claims
+        read it decided on, for the first plan. Held under `_choosing`."""
+        serving = frozenset((uid, name) for uid, name, res in self._serving
+                            if res == offer.resource)
+        asked = decide.Asked(offer.resource, tuple(ids), serving)
+        with _tracer.start_as_current_span("claims read"):
+            known = await self._claims(until, views=True)
+            gathered = decide.Gathered(tuple(known.claims), known.fresh)
+            answer = decide.which_pod(asked, gathered)
+            if answer.next is decide.Next.READ_FRESH:
+                known = await self._claims(until)
+                gathered = decide.Gathered(tuple(known.claims), fresh=True)
+                answer = decide.which_pod(asked, gathered)
+        if answer.next is decide.Next.JUDGE:
+            seen = await podmatch.holder(self.ctx, self.kubelet, answer.group, until)
+            gathered = replace(gathered, holder=seen)
+            answer = decide.which_pod(asked, gathered)
+        if answer.next is decide.Next.LOOK:
+            answer = await self._look(asked, gathered, until)
+        return answer, known
+
+    async def _look(
+        self, asked: decide.Asked, gathered: decide.Gathered, until: float
+    ) -> decide.Answer:
+        """Look at the pending Pods until `decide.which_pod` names the container. The watcher
+        may lag behind kubelet, so the lookup looks again, afresh, on the lookup policy's
+        schedule: while no candidate is seen, for the policy's attempts; while the watcher gives
+        no usable answer, until the deadline; while several remain after confirmation, for up to
+        `choose_wait_seconds`, then refuses rather than guesses. Never past `until`."""
+        resource, quantity = asked.resource, len(asked.ids)
+        choose_until = min(until, asyncio.get_running_loop().time() +
+                           self.ctx.options.choose_wait_seconds)
+        policy = self.ctx.options.lookup
+        looks = 0
+        answer = decide.Answer(decide.Next.LOOK)
+
+        async def look() -> decide.Answer | backoff.Again:
+            nonlocal looks, gathered, answer
+            looks += 1
+            looked = await podmatch.look(self.ctx, self.kubelet, resource, quantity,
+                                         fresh=looks > 1)
+            gathered = replace(gathered, looked=looked, confirmed=None)
+            answer = decide.which_pod(asked, gathered)
+            if answer.next is decide.Next.CONFIRM:
+                confirmed = await podmatch.confirm(self.ctx, answer.candidates, until)
+                gathered = replace(gathered, confirmed=confirmed)
+                answer = decide.which_pod(asked, gathered)
+            if answer.next is decide.Next.SERVE:
+                return answer
+            if not looked.answered:
+                return backoff.Again(answer.seen, until=until)
+            return backoff.Again(answer.seen, until=choose_until if answer.candidates else None)
+
+        attributes: dict[str, str | int] = {"pk.resource": resource, "pk.quantity": quantity}
+        # The watcher's `serve pods-pending` is this span's child: the request carries it.
+        with _tracer.start_as_current_span("pod lookup", attributes=attributes) as span:
+            try:
+                found = await backoff.retry(
+                    f"finding the Pod an Allocate of {quantity} x {resource} serves", look,
+                    transient=backoff.never, schedule=policy.delay, attempts=policy.attempts,
+                    deadline=until, level=logging.INFO)
+            except backoff.GaveUp as exc:
+                raise Refusal(Result.NO_POD, _no_pod(self.ctx.node, asked, answer, exc)) from exc
+            if (target := found.target) is not None:
+                _tag(span, target.uid, target.namespace, target.name, target.container)
+        return found
 
     async def _serve_target(
         self, offer: Offer, target: Target, ids: list[str], known: ClaimsRead, until: float
@@ -166,7 +225,7 @@ class Allocator:
             await faults.reach("allocator.after_claim")
             try:
                 active = await self._realise(offer, written, revisions, resume=False)
-            except partitions.Displaced as exc:
+            except writes.Displaced as exc:
                 if attempt == PLAN_ATTEMPTS:
                     raise Refusal(Result.UNAVAILABLE, f"the placement planned for {target} was "
                                   f"taken {attempt} times in a row ({exc}); nothing was "
@@ -177,7 +236,7 @@ class Allocator:
 
     async def _claims(self, until: float, *, views: bool = False) -> ClaimsRead:
         try:
-            return await patience.waiting(self.ctx, "reading the claims",
+            return await state.waiting(self.ctx, "reading the claims",
                                           lambda: read_claims(self.ctx, views=views), until)
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
@@ -192,22 +251,9 @@ class Allocator:
             return frozenset()
         return frozenset(t for c in known.claims if c.resource == resource for t in c.device_ids)
 
-    async def _find(
-        self, offer: Offer, quantity: int, claims: list[Claim], until: float
-    ) -> Target:
-        claimed = {(c.pod_uid, c.container) for c in claims if c.resource == offer.resource}
-        claimed |= {(uid, name) for uid, name, res in self._serving if res == offer.resource}
-        attributes: dict[str, str | int] = {"pk.resource": offer.resource, "pk.quantity": quantity}
-        # The watcher's `serve pods-pending` is this span's child: the request carries it.
-        with _tracer.start_as_current_span("pod lookup", attributes=attributes) as span:
-            try:
-                target = await podmatch.find(self.ctx, offer.resource, quantity, claimed, until)
-            except podmatch.LookupFailed as exc:
-                raise Refusal(Result.NO_POD, str(exc)) from exc
-            _tag(span, target.uid, target.namespace, target.name, target.container)
-        return target
-
-    def _serve(self, offer: Offer, target: Target) -> Target:
+    def _serve(self, offer: Offer, target: Target | None) -> Target:
+        if target is None:
+            raise AssertionError("which_pod answered SERVE without a target")
         self._serving.add((target.uid, target.container, offer.resource))
         _tag(trace.get_current_span(), target.uid, target.namespace, target.name,
              target.container)
@@ -215,7 +261,7 @@ class Allocator:
 
     async def _snapshot(self, until: float, known: ClaimsRead | None = None) -> Snapshot:
         try:
-            return await patience.waiting(self.ctx, "reading the claims",
+            return await state.waiting(self.ctx, "reading the claims",
                                           lambda: read(self.ctx, known), until)
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was claimed") from exc
@@ -238,32 +284,32 @@ class Allocator:
                 with _tracer.start_as_current_span("snapshot"):  # the cards' instances, a hop
                     snap = await self._snapshot(until, known)
                 known = None  # every later attempt reads afresh
-                revisions = writes.Revisions(snap.docs, snap.revisions)  # the writes go against it
                 spots = place(offer.legal, snap.claims, snap.all_instances, kind=offer.kind,
                               count=len(ids), failed=snap.failed)
                 if spots is not None:
+                    revisions = writes.Revisions(snap.docs, snap.revisions)  # writes go against it
                     claims = await self._begin(offer, target, ids, spots, revisions)
                     if claims is not None:
                         return claims, revisions
-            step = where.after_miss(placed=spots is not None, fresh=snap.fresh,
+            step = decide.after_miss(placed=spots is not None, fresh=snap.fresh,
                                     attempt=attempt + 1, made_room_at=made_at,
                                     remaining=until - loop.time())
-            if step is where.Step.READ_FRESH:
+            if step is decide.Step.READ_FRESH:
                 continue
             attempt += 1
-            if step is where.Step.MAKE_ROOM:
+            if step is decide.Step.MAKE_ROOM:
                 if await self._make_room(offer, ids, snap, attempt, until):
                     made_at = attempt
                     continue
-                step = where.after_miss(placed=False, fresh=True, attempt=attempt,
+                step = decide.after_miss(placed=False, fresh=True, attempt=attempt,
                                         made_room_at=made_at, remaining=until - loop.time(),
                                         room_failed=True)
-            if step is where.Step.REFUSE:
+            if step is decide.Step.REFUSE:
                 waited = loop.time() - started
-                raise Refusal(Result.FULL, where.describe(offer, snap, len(ids), self.ctx.node,
+                raise Refusal(Result.FULL, decide.describe(offer, snap, len(ids), self.ctx.node,
                                                          waited, target))
-            if step is where.Step.WAIT:
-                pause = min(until - loop.time(), where.ROOM_WAIT(attempt))
+            if step is decide.Step.WAIT:
+                pause = min(until - loop.time(), decide.ROOM_WAIT(attempt))
                 await woken_or_timeout(change, pause)
 
     async def _make_room(
@@ -318,7 +364,7 @@ class Allocator:
         if offer.kind == "slice":
             work = sliced.realise(self.ctx, claims, revisions)
         else:
-            work = partitions.realise(self.ctx, claims, resume=resume, known=revisions)
+            work = writes.realise(self.ctx, claims, resume=resume, known=revisions)
         task = asyncio.create_task(work, name=f"realise {claims[0].id}")
         for claim in claims:
             self._work[claim.id] = task
@@ -339,11 +385,11 @@ class Allocator:
         if running:
             await asyncio.gather(*(asyncio.shield(t) for t in running), return_exceptions=True)
             snap = await self._snapshot(until)
-            group = whichpod.existing(snap.claims, offer.resource, _tokens(group))
+            group = decide.existing(snap.claims, offer.resource, _tokens(group))
             if not group:
                 raise Refusal(Result.UNAVAILABLE, "the first attempt of this Allocate failed and "
                               "undid its claims; kubelet may retry")
-        extra = whichpod.missing(group, ids)
+        extra = decide.missing(group, ids)
         revisions: writes.Revisions | None = None
         if extra:  # a crash came between the claim writes of this container
             first = group[0]
@@ -362,24 +408,24 @@ class Allocator:
         return await self._respond(offer, done)
 
     async def _respond(self, offer: Offer, claims: list[Claim]) -> pb.ContainerAllocateResponse:
-        claims = reply.in_token_order(claims, offer.tokens)
+        claims = _in_token_order(claims, offer.tokens)
         if offer.kind == "slice":
             edits, names = await handoff.slice_handoff(self.ctx, claims)
-            response = reply.slice_response(edits, names)
+            response = plugin.slice_response(edits, names)
         else:
             # The descriptors are written in the thread hop of the container edits: one hop
             # instead of two on every Allocate, the descriptors still first.
             with _tracer.start_as_current_span("container edits"):
                 edits, cdi_names = await handoff.partition_handoff(
                     self.ctx, claims, first=lambda: self._write_descriptors(claims))
-            response = reply.partition_response(claims, edits, cdi_names)
+            response = plugin.partition_response(claims, edits, cdi_names)
         await faults.reach("allocator.after_active")
         return response
 
     def _write_descriptors(self, claims: list[Claim]) -> None:
         """Blocking: runs in the container edits' thread (`handoff.partition_handoff`)."""
         for claim in claims:
-            body = encode(reply.descriptor(claim, self.ctx.card(claim.card)))
+            body = encode(plugin.descriptor(claim, self.ctx.card(claim.card)))
             uuid = claim.instance.uuid if claim.instance else ""
             try:
                 with _tracer.start_as_current_span(
@@ -410,5 +456,31 @@ def _checked(offer: Offer, device_ids: Sequence[str]) -> list[str]:
     if not ids or unknown or len(set(ids)) != len(ids):
         raise Refusal(Result.INVALID, f"Allocate for {offer.resource} named device IDs "
                       f"{','.join(ids) or '(none)'}; expected distinct IDs this plugin lists")
+    if len(ids) > 1 and offer.one_per_container:
+        # T-Head's and Hygon's runtimes make exactly one partition visible to a container.
+        raise Refusal(Result.INVALID, f"Allocate for {offer.resource}: a container can use "
+                      f"exactly one {'/'.join(offer.one_per_container)} partition and this one "
+                      f"asked for {len(ids)}; request one partition per container")
     rank = {t: i for i, t in enumerate(offer.tokens)}
     return sorted(ids, key=rank.__getitem__)
+
+
+def _in_token_order(claims: Sequence[Claim], tokens: Sequence[str]) -> list[Claim]:
+    rank = {t: i for i, t in enumerate(tokens)}
+    return sorted(claims, key=lambda c: min((rank.get(t, len(rank)) for t in c.device_ids),
+                                            default=len(rank)))
+
+
+def _no_pod(node: str, asked: decide.Asked, last: decide.Answer, gave_up: backoff.GaveUp) -> str:
+    """Why no container was found: several left (never guessed between), or none."""
+    quantity = len(asked.ids)
+    if len(last.candidates) > 1:
+        names = " and ".join(f"{t.namespace}/{t.name}" for t in last.candidates)
+        return (
+            f"an Allocate of {quantity} x {asked.resource} on node {node} could serve Pod "
+            f"{names}, all pending and confirmed live, and kubelet's pod-resources API did not "
+            "say which one it is admitting; refused rather than guessed, since a wrong guess "
+            "hands one Pod's partition to another; kubelet may retry"
+        )
+    return (f"no pending Pod on node {node} waits for {quantity} x {asked.resource} "
+            f"({gave_up.problem}), after {gave_up.attempts} attempts")

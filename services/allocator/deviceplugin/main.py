@@ -20,8 +20,8 @@ from partkeeper.config import Config
 from partkeeper.health import HEALTH
 from partkeeper.lifecycle import Lifecycle
 from services.allocator.core import build, startup
-from services.allocator.core.context import Context
 from services.allocator.core.options import Options
+from services.allocator.core.state import Context
 from services.allocator.deviceplugin.allocate import Allocator
 from services.allocator.deviceplugin.plugin import Board
 from services.allocator.deviceplugin.registration import PluginServer, Registrar

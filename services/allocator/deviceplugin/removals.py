@@ -29,8 +29,8 @@ from partkeeper.bus.ordered import OrderedWatch
 from partkeeper.telemetry import tracing
 from schemas import ClaimChanged, PartitionEvent, SchemaError, decode
 from schemas.names import STREAM_PARTITIONS, parts_filter
-from services.allocator.core.context import Context
 from services.allocator.core.recompute import Recompute
+from services.allocator.core.state import Context
 
 log = logging.getLogger(__name__)
 _tracer = tracing.tracer(__name__)

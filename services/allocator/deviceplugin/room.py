@@ -16,10 +16,10 @@ import logging
 
 from partkeeper.podstate import is_dead
 from services.allocator.core.catalog import Offer
-from services.allocator.core.context import Context
+from services.allocator.core.placement import Snapshot
 from services.allocator.core.reclaimer import reclaim
-from services.allocator.core.snapshot import Snapshot
-from services.allocator.deviceplugin import podmatch, where
+from services.allocator.core.state import Context
+from services.allocator.deviceplugin import decide, podmatch
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,11 @@ async def make(
     ctx: Context, offer: Offer, count: int, snap: Snapshot, attempt: int, until: float
 ) -> bool:
     """Try once to free room; True when something was destroyed (re-plan at once)."""
-    plan = where.reclaim_plan(offer, snap, count)
+    plan = decide.reclaim_plan(offer, snap, count)
     if plan is None and attempt in FRESH_ROUNDS:
-        confirmed = await confirm_dead(ctx, where.suspects(offer, snap), until)
+        confirmed = await confirm_dead(ctx, decide.suspects(offer, snap), until)
         if confirmed:
-            plan = where.reclaim_plan(offer, snap.with_dead(confirmed), count)
+            plan = decide.reclaim_plan(offer, snap.with_dead(confirmed), count)
     if not plan:
         return False
     return await reclaim(ctx, [c.id for c in plan], f"room for {offer.resource}")

@@ -36,7 +36,7 @@ from partkeeper.dra import DRIVER
 from partkeeper.lifecycle import woken_or_timeout
 from schemas import Claim
 from services.allocator.core import reclaimer, writes
-from services.allocator.core.context import Context
+from services.allocator.core.state import Context
 from services.allocator.dra.kube import KubeError, ResourceApi
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from partkeeper import backoff
 from partkeeper.claims import StoreReadError
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.lifecycle import cancel_all, woken_or_timeout
-from services.allocator.core.context import Context
+from services.allocator.core.state import Context
 from services.allocator.dra.claimwatch import ClaimWatch
 from services.allocator.dra.ends import ClaimEnds
 from services.allocator.dra.kube import KubeError, ResourceApi

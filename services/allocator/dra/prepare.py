@@ -9,7 +9,7 @@
 
 The claim is durable before the driver is asked (invariant 4), so a crash at any step leaves a
 record that the retry completes or the reclaimer removes. Create (or adopt), activate and the
-undo on failure are the core's `partitions.realise`, the same as device-plugin mode's. A
+undo on failure are the core's `writes.realise`, the same as device-plugin mode's. A
 device's realisation runs in a task that outlives kubelet giving up on the call, so a retry
 joins it instead of racing it.
 
@@ -37,10 +37,10 @@ from partkeeper.dra import DRIVER
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
-from services.allocator.core import handoff, partitions, writes
-from services.allocator.core.context import Context
+from services.allocator.core import handoff, writes
+from services.allocator.core.placement import Target
 from services.allocator.core.refusal import Refusal
-from services.allocator.core.snapshot import current_claims
+from services.allocator.core.state import Context, current_claims
 from services.allocator.dra import requests
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.requests import Asked, NotPreparable, Wanted
@@ -54,7 +54,7 @@ class PrepareError(Exception):
 
 def new_claim(w: Wanted, now: float) -> Claim:
     return writes.new_claim(
-        writes.Target(w.pod_uid, w.asked.namespace, w.pod_name, w.request or "claim"),
+        Target(w.pod_uid, w.asked.namespace, w.pod_name, w.request or "claim"),
         kind="partition", resource=DRIVER, token=w.device, card=w.spec.card,
         profile=w.spec.profile.name, start=w.spec.start, size=w.spec.size, now=now,
         claim_id=w.claim_id, resource_claim=f"{w.asked.namespace}/{w.asked.name}",
@@ -108,7 +108,7 @@ class Preparer:
 
     async def _realise(self, w: Wanted) -> str:
         # The common prepare is a claim this node has never seen: the views' document is
-        # enough to plan its write on (views.py). One it holds is judged on a fresh read.
+        # enough to plan its write on (`state.Views`). One it holds is judged on a fresh read.
         current = current_claims(self.ctx, w.spec.card)
         if current is not None and w.claim_id in current[0].claims:
             current = None
@@ -153,12 +153,12 @@ class Preparer:
         self, w: Wanted, claim: Claim, revisions: writes.Revisions, *, resume: bool
     ) -> Claim:
         """The claim's partition created (or, resuming, adopted) and the claim active, by the
-        one realisation both modes use (`partitions.realise`: undone on failure); its refusal
+        one realisation both modes use (`writes.realise`: undone on failure); its refusal
         becomes the claim's error for kubelet."""
         try:
-            [active] = await partitions.realise(self.ctx, [claim], resume=resume,
+            [active] = await writes.realise(self.ctx, [claim], resume=resume,
                                                 known=revisions)
-        except partitions.Displaced as exc:
+        except writes.Displaced as exc:
             raise PrepareError(f"{w.asked}: device {w.device} overlaps a partition made "
                                f"meanwhile ({exc}); nothing was prepared and kubelet may "
                                "retry") from exc

@@ -33,8 +33,8 @@ from typing import Any
 from partkeeper import backoff
 from partkeeper.dra import slices
 from partkeeper.telemetry.logs import decision
-from services.allocator.core.context import Context
-from services.allocator.core.snapshot import Snapshot, SnapshotError, read
+from services.allocator.core.placement import Snapshot
+from services.allocator.core.state import Context, SnapshotError, read
 from services.allocator.dra.kube import KubeError, ResourceApi
 
 log = logging.getLogger(__name__)
