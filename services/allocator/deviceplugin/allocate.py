@@ -1,14 +1,17 @@
 """The Allocate flow (docs/contract.md section 5), one container request at a time.
 
-    retried?  -> the same partition(s), completing `creating` claims left by a crash (and writing
-                 the ones a crash kept it from writing)
-    otherwise -> find the Pod and container -> plan (making room if needed) -> write the claims as
-                 `creating` -> create -> `active` -> descriptors -> reply
+    read the claims -> ask `decide.which_pod`, gathering what it asks for, until it answers:
+      RESUME -> the same partition(s), completing `creating` claims left by a crash (and writing
+                the ones a crash kept it from writing)
+      SERVE  -> plan (making room if needed) -> write the claims as `creating` -> create ->
+                `active` -> descriptors -> reply
 
-Which Pod it serves is decided by the pure rules of `decide.py` on what `podmatch.py` asked.
-A retry is recognised only for the Pod it belongs to (`decide.holder`); device IDs kubelet
-handed on from a stopped Pod start a new allocation for the Pod kubelet is admitting. One claim's
-partition is never returned to another Pod. See docs/allocator.md, "Which Pod an Allocate serves".
+This module is the shell: it reads (`state`), asks (`podmatch`), and acts (`writes`, `handoff`,
+`plugin`'s builders); what to do is decided by the pure functions of `decide.py` and
+`placement.py`. A retry is recognised only for the Pod it belongs to (`decide.holder`); device
+IDs kubelet handed on from a stopped Pod start a new allocation for the Pod kubelet is admitting.
+One claim's partition is never returned to another Pod. See docs/allocator.md, "Which Pod an
+Allocate serves".
 
 Every wait of an Allocate (the claims store, the watcher, room) ends by one deadline, `until`,
 set in `_allocate`: `Options.room_wait_seconds` after the call came.
@@ -154,19 +157,20 @@ class Allocator:
         asked = decide.Asked(offer.resource, tuple(ids), serving)
         with _tracer.start_as_current_span("claims read"):
             known = await self._claims(until, views=True)
-            gathered = decide.Gathered(tuple(known.claims), known.fresh)
+        gathered = decide.Gathered(tuple(known.claims), known.fresh)
+        while True:  # each answer adds what was asked for; none is asked twice
             answer = decide.which_pod(asked, gathered)
             if answer.next is decide.Next.READ_FRESH:
-                known = await self._claims(until)
+                with _tracer.start_as_current_span("claims read"):
+                    known = await self._claims(until)
                 gathered = decide.Gathered(tuple(known.claims), fresh=True)
-                answer = decide.which_pod(asked, gathered)
-        if answer.next is decide.Next.JUDGE:
-            seen = await podmatch.holder(self.ctx, self.kubelet, answer.group, until)
-            gathered = replace(gathered, holder=seen)
-            answer = decide.which_pod(asked, gathered)
-        if answer.next is decide.Next.LOOK:
-            answer = await self._look(asked, gathered, until)
-        return answer, known
+            elif answer.next is decide.Next.JUDGE:
+                seen = await podmatch.holder(self.ctx, self.kubelet, answer.group, until)
+                gathered = replace(gathered, holder=seen)
+            elif answer.next in (decide.Next.LOOK, decide.Next.CONFIRM):
+                return await self._look(asked, gathered, until), known
+            else:
+                return answer, known
 
     async def _look(
         self, asked: decide.Asked, gathered: decide.Gathered, until: float
@@ -191,7 +195,7 @@ class Allocator:
             gathered = replace(gathered, looked=looked, confirmed=None)
             answer = decide.which_pod(asked, gathered)
             if answer.next is decide.Next.CONFIRM:
-                confirmed = await podmatch.confirm(self.ctx, answer.candidates, until)
+                confirmed = await podmatch.confirm(self.ctx, answer.candidates)
                 gathered = replace(gathered, confirmed=confirmed)
                 answer = decide.which_pod(asked, gathered)
             if answer.next is decide.Next.SERVE:

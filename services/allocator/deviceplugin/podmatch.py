@@ -58,15 +58,17 @@ async def look(
     return Looked(answered=True, pods=tuple(reply.pods), kubelet=await viewing)
 
 
-async def confirm(ctx: Context, found: Sequence[Target], until: float) -> frozenset[str]:
-    """The UIDs of those the watcher, asked afresh, still knows as being admitted (no answer:
-    kept)."""
+async def confirm(ctx: Context, found: Sequence[Target]) -> frozenset[str]:
+    """The UIDs of those the watcher, asked afresh once, still knows as being admitted (no
+    usable answer: kept). Asked once, not again: the lookup that asks is itself looked again
+    while several remain (`allocate.py`), so a retry here would be a retry inside a retry."""
 
     async def still(target: Target) -> bool:
         try:
-            answer = await pod_state(ctx, target.uid, until)
-        except LookupFailed as exc:
-            log.info("%s; %s stays a candidate", exc, target)
+            answer = await _watcher(ctx).pod(target.uid, fresh=True)
+        except Unanswered as exc:
+            log.info("the watcher did not say whether Pod %s is live (%s); %s stays a "
+                     "candidate", target.uid, exc, target)
             return True
         return being_admitted(answer.pod)
 
