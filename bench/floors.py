@@ -37,7 +37,7 @@ from nats.js import api
 
 from partkeeper import backoff
 from partkeeper.kubelet import deviceplugin_pb2 as pb
-from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel, unix_target
+from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel, serve_unix
 
 DEFAULT_CALLS = 200
 WARMUP = 20
@@ -175,8 +175,7 @@ async def grpc_floor(socket_dir: FsPath, calls: int) -> Quantiles:
     socket = socket_dir / f"floor-{secrets.token_hex(4)}.sock"
     server = grpc.aio.server()
     deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(_Bare(), server)
-    server.add_insecure_port(unix_target(socket))
-    await server.start()
+    await serve_unix(server, socket)
     try:
         async with open_unix_channel(socket) as channel:
             stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)

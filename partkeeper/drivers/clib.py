@@ -1,4 +1,5 @@
-"""Reaching a vendor's C library through ctypes: finding it, declaring its functions, its codes.
+"""Reaching a vendor's C library through ctypes: finding it, declaring its functions, its codes,
+and the NVML structs both vendors keep as they are.
 
 Shared by the `hgml` (T-Head) and `dmi` (Hygon) drivers. Every function is resolved from the one
 handle the library was opened as (`CDLL.__getattr__` is `dlsym(handle, ...)`), never from the
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -48,6 +49,19 @@ _NAMES = {
 
 # The codes a probe of an id or index space answers for "nothing here": skipped, not failed.
 ABSENT = frozenset({ERROR_NOT_SUPPORTED, ERROR_NOT_FOUND, ERROR_INVALID_ARGUMENT})
+
+
+class Memory(ctypes.Structure):
+    """NVML's `nvmlMemory_t`, in bytes."""
+
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+
+
+class Placement(ctypes.Structure):
+    """NVML's `nvmlGpuInstancePlacement_t`: where a GPU instance starts and how many slices."""
+
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
 
 
 def code_name(code: int) -> str:
@@ -112,6 +126,33 @@ def open_first(candidates: Sequence[str], *, local: bool = True) -> Library:
     raise LibraryMissing("no library could be opened; tried " + "; ".join(tried))
 
 
+def declare(
+    lib: Library, signatures: Mapping[str, tuple[Any, ...]],
+    versioned: Mapping[str, Sequence[str]] | None = None,
+) -> Api:
+    """Every function of `signatures` resolved from `lib`'s own handle. A key of `versioned` is an
+    entry point with versioned names: the first one the library exports is used (LibraryMissing
+    when it exports none); a plain symbol it lacks is an AttributeError."""
+    names: dict[str, str] = {}
+    for key, candidates in (versioned or {}).items():
+        found = next((n for n in candidates if lib.has(n)), None)
+        if found is None:
+            raise LibraryMissing(f"{lib.path} exports none of {', '.join(candidates)}")
+        names[key] = found
+    return Api(lib, {key: lib.function(names.get(key, key), *argtypes)
+                     for key, argtypes in signatures.items()})
+
+
+def load(vendor: str, opener: Callable[[list[str] | None], Api], paths: list[str] | None) -> Api:
+    """`opener(paths)`: the vendor's library opened and declared; when it cannot be, a
+    LibraryMissing (a StartupError) naming `vendor` and what the operator installs."""
+    try:
+        return opener(paths)
+    except (LibraryMissing, AttributeError) as exc:
+        raise LibraryMissing(f"{vendor}: {exc}; install the vendor's driver and SDK on the node, "
+                             "or set PK_DRIVER=sim") from exc
+
+
 def call(fn: Any, *args: Any) -> None:
     """Call `fn`; raise CallFailed on anything but SUCCESS."""
     code = fn(*args)
@@ -129,6 +170,20 @@ def read_call(op: str, card: int | None, what: str, fn: Any, *args: Any) -> None
         call(fn, *args)
     except CallFailed as exc:
         raise ReadError(op, card, None, f"{what}: {exc}") from exc
+
+
+def found(
+    op: str, card: int, what: str, fn: Any, *args: Any, name: str | None = None
+) -> bool:
+    """A lookup through the library: False when it answers NOT_FOUND (nothing there), a ReadError
+    naming the card (and instance `name`) for any other failure."""
+    try:
+        call(fn, *args)
+    except CallFailed as exc:
+        if exc.code == ERROR_NOT_FOUND:
+            return False
+        raise ReadError(op, card, name, f"{what}: {exc}") from exc
+    return True
 
 
 def read_uint(op: str, card: int | None, what: str, fn: Any, *args: Any) -> int:
@@ -158,10 +213,9 @@ def read_handles(op: str, card: int, what: str, fn: Any, kind: Any, *args: Any) 
     return list(array[: min(count.value, MAX_INSTANCES)])
 
 
-def memory_mib(op: str, card: int, fn: Any, dev: Any, struct: type[ctypes.Structure]) -> int:
-    """The card's total memory in MiB, read into the vendor's `{total, free, used}` struct."""
-    memory: Any = read_struct(op, card, "reading the memory", fn, dev, struct)
-    return int(memory.total // 2**20)
+def memory_mib(op: str, card: int, fn: Any, dev: Any) -> int:
+    """The card's total memory in MiB, read into NVML's `{total, free, used}` struct."""
+    return int(read_struct(op, card, "reading the memory", fn, dev, Memory).total // 2**20)
 
 
 def create_step(card: int, fn: Any, *args: Any) -> None:

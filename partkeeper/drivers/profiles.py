@@ -9,12 +9,15 @@ measured on one card of each (docs/drivers.md says where each number comes from)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 Vendor = Literal["nvidia", "thead", "hygon"]
 # Vendors whose runtime makes exactly one partition visible to a container (docs/drivers.md).
 ONE_PARTITION_PER_CONTAINER: frozenset[Vendor] = frozenset({"thead", "hygon"})
+# How far a card's total memory may be from its model's for the card to be that model.
+CARD_MEMORY_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +123,12 @@ def max_instances(profile: Profile) -> int:
         if not any(overlaps(p, t) for t in taken):
             taken.append(p)
     return len(taken)
+
+
+def nearest_model(family: Iterable[CardModel], memory_mib: int) -> str | None:
+    """The model of `family` whose memory is nearest `memory_mib`, if within 10 % of it, or None:
+    a library reports a card's total memory, which is how one family's sizes are told apart."""
+    best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
+    if best is None or abs(best.memory_mib - memory_mib) > CARD_MEMORY_TOLERANCE * best.memory_mib:
+        return None
+    return best.name

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from partkeeper.drivers import profiles
 from partkeeper.drivers.base import Instance, PlacementError
 
-_CARD_MEMORY_TOLERANCE = 0.1
 _GEOMETRY = re.compile(r"^(\d+)g\.?(\d+)gb$")
 
 
@@ -28,11 +27,8 @@ def normalise_profile(raw: str) -> str:
 
 def model_for(vendor: profiles.Vendor, memory_mib: int) -> str | None:
     """The profiles.py model of `vendor` nearest `memory_mib` (within 10 %), or None."""
-    family = [m for m in profiles.MODELS.values() if m.vendor == vendor]
-    best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
-    if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:
-        return None
-    return best.name
+    return profiles.nearest_model((m for m in profiles.MODELS.values() if m.vendor == vendor),
+                                  memory_mib)
 
 
 def one_partition(instances: Sequence[Instance], vendor: str) -> Instance:

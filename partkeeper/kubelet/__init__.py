@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -40,11 +40,13 @@ __all__ = [
     "KUBELET_SOCKET",
     "PRE_START_TIMEOUT_SECONDS",
     "UNHEALTHY",
+    "UnixServer",
     "deviceplugin_pb2",
     "deviceplugin_pb2_grpc",
     "open_unix_channel",
     "podresources_pb2",
     "podresources_pb2_grpc",
+    "serve_unix",
     "unix_target",
     "wait_ready",
 ]
@@ -53,6 +55,41 @@ __all__ = [
 def unix_target(path: str | os.PathLike[str]) -> str:
     """The gRPC target for a unix socket: `unix://` + the absolute path."""
     return "unix://" + os.path.abspath(os.fspath(path))
+
+
+async def serve_unix(server: grpc.aio.Server, path: Path) -> None:
+    """Start `server` on the unix socket at `path`: its directory made, and a socket file a
+    previous run left there removed first (binding over it would fail)."""
+    _clear_socket(path)
+    server.add_insecure_port(unix_target(path))
+    await server.start()
+
+
+def _clear_socket(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+
+
+class UnixServer:
+    """A grpc.aio server of the servicers `add` installs, on the unix socket at `path`; `stop`
+    removes the socket too, so a stopped server leaves no file a client could dial."""
+
+    def __init__(self, path: Path, add: Callable[[grpc.aio.Server], None]) -> None:
+        self.path = path
+        self._add = add
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        server = grpc.aio.server()
+        self._add(server)
+        await serve_unix(server, self.path)
+        self._server = server
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace=None)
+        self.path.unlink(missing_ok=True)
 
 
 def open_unix_channel(

@@ -43,6 +43,19 @@ class ClusterError(Exception):
     """The simulated cluster cannot start; the message says what and where."""
 
 
+class Below:
+    """A read-only path attribute below one of its owner's base paths: on a class,
+    `kubeconfig = Below("workdir", "kubeconfig")` makes `x.kubeconfig` `x.workdir / "kubeconfig"`.
+    A directory layout then reads as the table it is."""
+
+    def __init__(self, base: str, *parts: str) -> None:
+        self.base = base
+        self.parts = parts
+
+    def __get__(self, owner: Any, kind: type | None = None) -> Path:
+        return Path(getattr(owner, self.base), *self.parts)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterPaths:
     """Where the simulated cluster puts what the services read (compose relies on these)."""
@@ -50,21 +63,10 @@ class ClusterPaths:
     workdir: Path
     kubelet_root: Path
 
-    @property
-    def sim_state(self) -> Path:
-        return self.workdir / "sim.json"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.workdir / "kubeconfig"
-
-    @property
-    def device_plugin_dir(self) -> Path:
-        return self.kubelet_root / "device-plugins"
-
-    @property
-    def pod_resources_socket(self) -> Path:
-        return self.kubelet_root / "pod-resources" / "kubelet.sock"
+    sim_state = Below("workdir", "sim.json")
+    kubeconfig = Below("workdir", "kubeconfig")
+    device_plugin_dir = Below("kubelet_root", "device-plugins")
+    pod_resources_socket = Below("kubelet_root", "pod-resources", "kubelet.sock")
 
     def check(self) -> None:
         """Refuse paths too long for a unix socket now, rather than fail later in a service."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ctypes import POINTER, Structure, c_char, c_char_p, c_uint, c_ulonglong, c_void_p
 from typing import Any
 
-from partkeeper.drivers.clib import Api, open_first
+from partkeeper.drivers.clib import Api, Memory, Placement, declare, open_first
 
 NAME_SIZE = 256
 SLICE_WIDTHS = (1, 2, 3, 4)  # profile queries take a slice count minus one, not an id
@@ -19,10 +19,6 @@ MAX_INSTANCES = 32  # the buffer for placements and instance lists (count in/out
 MIG_ENABLE = 1
 ENGINE_SHARED = 0
 SEARCH_DIRS = ("/opt/hyhal/lib", "/opt/dtk/lib")
-
-
-class Memory(Structure):
-    _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
 
 
 class GpuInstanceProfileInfo(Structure):
@@ -44,10 +40,6 @@ class ComputeInstanceProfileInfo(Structure):
         ("gpu_slice_count", c_uint),
         ("name", c_char * NAME_SIZE),
     ]
-
-
-class Placement(Structure):
-    _fields_ = [("start", c_uint), ("size", c_uint)]
 
 
 class GpuInstanceInfo(Structure):
@@ -100,5 +92,4 @@ def _signatures() -> dict[str, tuple[Any, ...]]:
 
 def load(paths: list[str] | None = None) -> Api:
     """Open the library RTLD_LOCAL and declare every function from its own handle."""
-    lib = open_first(paths or candidates(), local=True)
-    return Api(lib, {name: lib.function(name, *args) for name, args in _signatures().items()})
+    return declare(open_first(paths or candidates(), local=True), _signatures())

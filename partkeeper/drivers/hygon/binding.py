@@ -27,7 +27,6 @@ from partkeeper.drivers.base import (
     Card,
     ContainerEdits,
     Instance,
-    LibraryMissing,
     Mode,
     ReadError,
     UnknownError,
@@ -43,11 +42,7 @@ class DmiBinding(mig.Binding):
     node_wide_mode = True
 
     def __init__(self, root: Path, paths: list[str] | None) -> None:
-        try:
-            self.api = api.load(paths)
-        except (LibraryMissing, AttributeError) as exc:
-            raise LibraryMissing(f"Hygon DMI: {exc}; install the vendor's driver and SDK on the "
-                                 "node, or set PK_DRIVER=sim") from exc
+        self.api = clib.load("Hygon DMI", api.load, paths)
         self.root = root
 
     def count(self) -> int:
@@ -75,13 +70,13 @@ class DmiBinding(mig.Binding):
     def card(self, op: str, index: int, dev: Any, catalogue: Callable[[], mig.Catalogue]) -> Card:
         modes = self.mig_modes(op, index, dev)
         mode: Mode = "partition" if modes and modes[0] else "sliced"
-        mib = clib.memory_mib(op, index, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
+        mib = clib.memory_mib(op, index, self.api.nvmlDeviceGetMemoryInfo, dev)
         model = vendor.model_for("hygon", mib) or f"Hygon DCU {mib} MiB"
         uuid = host.card_uuid(self.root, index, host.pci_bus_id(self.root, index))
         return Card(index, uuid, model, mode, mib)
 
     def catalogue(self, op: str, card: int, dev: int) -> mig.Catalogue:
-        mib = clib.memory_mib(op, card, self.api.nvmlDeviceGetMemoryInfo, dev, api.Memory)
+        mib = clib.memory_mib(op, card, self.api.nvmlDeviceGetMemoryInfo, dev)
         model = vendor.model_for("hygon", mib)
         return mig.Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
 

@@ -27,7 +27,6 @@ from partkeeper.drivers.mig import GiProfile, same_placements
 BASE_GI_PROFILES = ("1_SLICE", "1_SLICE_REV2", "2_SLICE", "3_SLICE", "4_SLICE", "7_SLICE")
 # NVML reports the usable memory of a profile, somewhat under its nominal size.
 _PROFILE_MEMORY_TOLERANCE = 0.25
-_CARD_MEMORY_TOLERANCE = 0.1
 
 
 def model_for(name: str, memory_mib: int) -> str | None:
@@ -41,10 +40,7 @@ def model_for(name: str, memory_mib: int) -> str | None:
         for m in profiles.MODELS.values()
         if m.vendor == "nvidia" and re.search(rf"\b{m.name.split('-')[0]}\b", name)
     ]
-    best = min(family, key=lambda m: abs(m.memory_mib - memory_mib), default=None)
-    if best is None or abs(best.memory_mib - memory_mib) > _CARD_MEMORY_TOLERANCE * best.memory_mib:
-        return None
-    return best.name
+    return profiles.nearest_model(family, memory_mib)
 
 
 def nvml_name(info: Any) -> str:

@@ -12,8 +12,7 @@ import os
 from ctypes import POINTER, Structure, c_char, c_uint, c_ulonglong, c_void_p
 from typing import Any
 
-from partkeeper.drivers.base import LibraryMissing
-from partkeeper.drivers.clib import Api, open_first
+from partkeeper.drivers.clib import Api, Memory, Placement, declare, open_first
 
 NAME_SIZE = 96  # HGML_DEVICE_NAME_V2_BUFFER_SIZE
 UUID_SIZE = 96
@@ -27,14 +26,6 @@ PPU_HOME = "/usr/local/PPU_SDK"  # the SDK's default home, where the library is 
 
 class Handle(Structure):
     _fields_ = [("handle", c_void_p)]
-
-
-class Memory(Structure):
-    _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
-
-
-class Placement(Structure):
-    _fields_ = [("start", c_uint), ("size", c_uint)]
 
 
 _ENGINES = [
@@ -173,14 +164,5 @@ _VERSIONED = {
 
 def load(paths: list[str] | None = None) -> Api:
     """Open libhgml.so and declare every function; LibraryMissing (no library, or one lacking a
-    symbol, named)."""
-    lib = open_first(paths or candidates())
-    fn: dict[str, Any] = {}
-    for key, names in _VERSIONED.items():
-        found = next((n for n in names if lib.has(n)), None)
-        if found is None:
-            raise LibraryMissing(f"{lib.path} exports none of {', '.join(names)}")
-        fn[key] = found
-    for key, argtypes in {"Init": (), **_signatures()}.items():
-        fn[key] = lib.function(fn.get(key, key), *argtypes)
-    return Api(lib, fn)
+    versioned entry point, named), AttributeError (a plain symbol missing)."""
+    return declare(open_first(paths or candidates()), {"Init": (), **_signatures()}, _VERSIONED)

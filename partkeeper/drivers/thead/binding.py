@@ -38,11 +38,7 @@ class HgmlBinding(mig.Binding):
     library = "HGML"
 
     def __init__(self, root: Path, proc_root: Path | None, paths: list[str] | None) -> None:
-        try:
-            self.api = api.load(paths)
-        except (LibraryMissing, AttributeError) as exc:
-            raise LibraryMissing(f"T-Head HGML: {exc}; install the vendor's driver and SDK on the "
-                                 "node, or set PK_DRIVER=sim") from exc
+        self.api = clib.load("T-Head HGML", api.load, paths)
         self.root = root  # where the driver's /dev lives on the host (PK_DRIVER_ROOT)
         self.proc_root = proc_root or root / "proc"  # where /proc/driver/alixpu is read
         try:
@@ -91,13 +87,13 @@ class HgmlBinding(mig.Binding):
         uuid = self._string(op, index, "reading the UUID", a.hgmlDeviceGetUUID, dev)
         modes = self.mig_modes(op, index, dev)
         mode: Mode = "partition" if modes is not None and modes[0] else "sliced"
-        mib = clib.memory_mib(op, index, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
+        mib = clib.memory_mib(op, index, self.api.hgmlDeviceGetMemoryInfo, dev)
         model = vendor.model_for("thead", mib)
         minor = self.minor(op, index, dev)
         return Card(index, uuid, model or name, mode, mib, minor=minor)
 
     def catalogue(self, op: str, card: int, dev: api.Handle) -> mig.Catalogue:
-        mib = clib.memory_mib(op, card, self.api.hgmlDeviceGetMemoryInfo, dev, api.Memory)
+        mib = clib.memory_mib(op, card, self.api.hgmlDeviceGetMemoryInfo, dev)
         model = vendor.model_for("thead", mib)
         return mig.Catalogue(model, catalogue.probe(self.api, op, card, dev, model))
 
@@ -117,12 +113,10 @@ class HgmlBinding(mig.Binding):
         self, op: str, card: int, dev: Any, gi_id: int, catalogue: Callable[[], mig.Catalogue]
     ) -> mig.Gi:
         handle = api.Handle()
-        try:
-            clib.call(self.api.hgmlDeviceGetGpuInstanceById, dev, gi_id, ctypes.byref(handle))
-        except clib.CallFailed as exc:
-            if exc.code == clib.ERROR_NOT_FOUND:
-                raise mig.NoGpuInstance(str(exc)) from exc
-            raise ReadError(op, card, None, f"looking up GPU instance {gi_id}: {exc}") from exc
+        what = f"looking up GPU instance {gi_id}"
+        if not clib.found(op, card, what, self.api.hgmlDeviceGetGpuInstanceById, dev, gi_id,
+                          ctypes.byref(handle)):
+            raise mig.NoGpuInstance(f"{what}: HGML answers NOT_FOUND")
         return self._describe(op, card, handle)
 
     def compute_instances(
@@ -136,12 +130,10 @@ class HgmlBinding(mig.Binding):
 
     def _mig_at(self, op: str, card: int, dev: Any, index: int) -> api.Handle | None:
         mig = api.Handle()
-        try:
-            clib.call(self.api.hgmlDeviceGetMigDeviceHandleByIndex, dev, index, ctypes.byref(mig))
-        except clib.CallFailed as exc:
-            if exc.code == clib.ERROR_NOT_FOUND:
-                return None  # no MIG device at this index
-            raise ReadError(op, card, None, f"reading MIG device {index}: {exc}") from exc
+        if not clib.found(op, card, f"reading MIG device {index}",
+                          self.api.hgmlDeviceGetMigDeviceHandleByIndex, dev, index,
+                          ctypes.byref(mig)):
+            return None  # no MIG device at this index
         return mig
 
     def _mig_ids(self, op: str, card: int, mig: api.Handle) -> tuple[int, int, str]:
@@ -193,14 +185,10 @@ class HgmlBinding(mig.Binding):
         handle = ci.handle
         if handle is None:
             handle = api.Handle()
-            try:
-                clib.call(self.api.hgmlGpuInstanceGetComputeInstanceById, gi.handle, ci.ci_id,
-                          ctypes.byref(handle))
-            except clib.CallFailed as exc:
-                if exc.code == clib.ERROR_NOT_FOUND:
-                    return  # the CI is already gone; the GI still has to go
-                cause = f"looking up compute instance {ci.ci_id}: {exc}"
-                raise ReadError(op, card, ci.uuid or None, cause) from exc
+            if not clib.found(op, card, f"looking up compute instance {ci.ci_id}",
+                              self.api.hgmlGpuInstanceGetComputeInstanceById, gi.handle, ci.ci_id,
+                              ctypes.byref(handle), name=ci.uuid or None):
+                return  # the CI is already gone; the GI still has to go
         clib.change_call(op, card, ci.uuid or None, f"destroying compute instance {ci.ci_id}",
                          self.api.hgmlComputeInstanceDestroy, handle)
 

@@ -25,10 +25,10 @@ from partkeeper.kubelet import (
     KUBELET_SOCKET,
     PRE_START_TIMEOUT_SECONDS,
     UNHEALTHY,
+    UnixServer,
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
     open_unix_channel,
-    unix_target,
     wait_ready,
 )
 from partkeeper.lifecycle import cancel_all
@@ -161,32 +161,26 @@ class PluginRegistry(deviceplugin_pb2_grpc.RegistrationServicer):
         self._on_change = on_change
         self._connect_timeout = connect_timeout
         self._clean = clean_plugin_sockets
-        self._server: grpc.aio.Server | None = None
+        self._server = UnixServer(
+            self.socket_path,
+            lambda server: deviceplugin_pb2_grpc.add_RegistrationServicer_to_server(self, server))
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self.kubelet_dir.mkdir(parents=True, exist_ok=True)
         if self._clean:
             _remove_sockets(self.kubelet_dir)
-        self.socket_path.unlink(missing_ok=True)
-        server = grpc.aio.server()
-        deviceplugin_pb2_grpc.add_RegistrationServicer_to_server(self, server)
-        server.add_insecure_port(unix_target(self.socket_path))
-        await server.start()
-        self._server = server
+        await self._server.start()
         log.info("registration server listening on %s", self.socket_path)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(grace=None)
-            self._server = None
+        await self._server.stop()
         # cancel_all cancels again until each has ended: grpc.aio can swallow a cancel that
         # lands in a call (grpc/grpc#43502), and a restart waited for ever on one.
         await cancel_all(self._tasks)
         for endpoint in self.endpoints.values():
             await endpoint.close()
         self.endpoints.clear()
-        self.socket_path.unlink(missing_ok=True)
         self._on_change()
 
     async def restart(self) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-from partkeeper.kubelet import podresources_pb2, podresources_pb2_grpc, unix_target
+from partkeeper.kubelet import UnixServer, podresources_pb2, podresources_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +60,17 @@ class PodResourcesServer(podresources_pb2_grpc.PodResourcesListerServicer):
         self.socket_path = Path(socket_path)
         self._snapshot = snapshot
         self._allocatable = allocatable
-        self._server: grpc.aio.Server | None = None
+        self._server = UnixServer(
+            self.socket_path,
+            lambda server: podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(
+                self, server))
 
     async def start(self) -> None:
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        self.socket_path.unlink(missing_ok=True)
-        server = grpc.aio.server()
-        podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(self, server)
-        server.add_insecure_port(unix_target(self.socket_path))
-        await server.start()
-        self._server = server
+        await self._server.start()
         log.info("pod-resources server listening on %s", self.socket_path)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(grace=None)
-            self._server = None
-        self.socket_path.unlink(missing_ok=True)
+        await self._server.stop()
 
     async def List(
         self, request: pb.ListPodResourcesRequest, context: grpc.aio.ServicerContext

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from partkeeper_sim.cluster import ClusterPaths
+from partkeeper_sim.cluster import Below, ClusterPaths
 
 PODS_DIR_MODE = 0o750
 
@@ -26,6 +26,12 @@ PODS_DIR_MODE = 0o750
 @dataclass(frozen=True, slots=True)
 class Layout:
     root: Path
+
+    nats_dir = Below("root", "nats")
+    logs_dir = Below("root", "logs")
+    pods_dir = Below("root", "pods")
+    pids_file = Below("root", "pids.json")
+    env_file = Below("root", "env")
 
     @classmethod
     def choose(cls, workdir: str | None) -> Layout:
@@ -36,26 +42,6 @@ class Layout:
     @property
     def cluster(self) -> ClusterPaths:
         return ClusterPaths(self.root, self.root / "kubelet")
-
-    @property
-    def nats_dir(self) -> Path:
-        return self.root / "nats"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def pods_dir(self) -> Path:
-        return self.root / "pods"
-
-    @property
-    def pids_file(self) -> Path:
-        return self.root / "pids.json"
-
-    @property
-    def env_file(self) -> Path:
-        return self.root / "env"
 
     def log(self, name: str) -> Path:
         return self.logs_dir / f"{name}.log"

@@ -12,6 +12,7 @@ waits exactly as long as the reclaim of the predecessor's partition takes, and i
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -31,13 +32,14 @@ ROOM_SECONDS = 45.0  # a reclaim (destroy + capacity update) must free the room 
 ADMIT_SECONDS = 30.0  # the kubelet's admission, Allocate included
 
 
+@dataclass(slots=True)
 class Scheduler:
-    def __init__(self, kube: Kube, observer: Observer, nc: Client, socket: Path) -> None:
-        self.kube = kube
-        self.observer = observer
-        self.nc = nc
-        self.socket = socket
-        self._capacity: KeyValue | None = None  # the bucket's handle, looked up once
+    kube: Kube
+    observer: Observer
+    nc: Client
+    socket: Path  # the kubelet's pod-resources socket
+    # The capacity bucket's handle, looked up once.
+    _capacity: KeyValue | None = field(default=None, init=False)
 
     async def create(self, name: str, resource: str, kind: str) -> PodTrack:
         pod = self.observer.track(PodTrack(name, resource, kind, created=time.monotonic()))
