@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -23,7 +24,7 @@ from partkeeper.kubelet import (
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
     open_unix_channel,
-    unix_target,
+    serve_unix,
 )
 from partkeeper.telemetry.grpc import ServerTracing
 from services.allocator.core.catalog import Offer
@@ -52,28 +53,31 @@ def endpoint_name(resource: str) -> str:
     return "partkeeper-" + resource.replace("/", "_") + ".sock"
 
 
+@dataclass(eq=False)
 class PluginServer:
     """A grpc.aio server for one resource on `<dir>/<endpoint>`."""
 
-    def __init__(self, directory: Path, offer: Offer, board: Board, allocator: Allocator) -> None:
-        self.directory = directory
-        self.offer = offer
-        self.board = board
-        self.allocator = allocator
-        self.endpoint = endpoint_name(offer.resource)
-        self.path = directory / self.endpoint
-        self._server: grpc.aio.Server | None = None
-        self._servicer: DevicePlugin | None = None
-        self._identity: Identity | None = None
+    directory: Path
+    offer: Offer
+    board: Board
+    allocator: Allocator
+    _server: grpc.aio.Server | None = field(default=None, init=False)
+    _servicer: DevicePlugin | None = field(default=None, init=False)
+    _identity: Identity | None = field(default=None, init=False)
+
+    @property
+    def endpoint(self) -> str:
+        return endpoint_name(self.offer.resource)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.endpoint
 
     async def start(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)
         servicer = DevicePlugin(self.offer, self.board, self.allocator)
         server = grpc.aio.server(interceptors=[ServerTracing()])
         deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(servicer, server)
-        server.add_insecure_port(unix_target(self.path))
-        await server.start()
+        await serve_unix(server, self.path)
         # Only kubelet (root) may call Allocate: the socket's mode must not depend on the umask.
         os.chmod(self.path, 0o600)
         self._server, self._servicer = server, servicer

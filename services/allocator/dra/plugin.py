@@ -27,7 +27,7 @@ from partkeeper.kubelet import (
     dra_pb2_grpc,
     dra_registration_pb2,
     dra_registration_pb2_grpc,
-    unix_target,
+    serve_unix,
 )
 from partkeeper.telemetry.grpc import ServerTracing
 from services.allocator.dra.prepare import Preparer
@@ -124,13 +124,6 @@ class KubeletPlugin:
             path.unlink(missing_ok=True)
 
 
-def _clear(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-
-
 async def _serve(server: grpc.aio.Server, path: Path) -> None:
-    _clear(path)
-    server.add_insecure_port(unix_target(path))
-    await server.start()
-    os.chmod(path, 0o600)
+    await serve_unix(server, path)
+    os.chmod(path, 0o600)  # only kubelet (root) may call: not left to the umask
