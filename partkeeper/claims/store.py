@@ -63,7 +63,7 @@ class ClaimsStore:
 
     def last(self, card: int) -> tuple[CardClaims, int] | None:
         """The newest document of `card` this store has read or written, with its revision (no
-        read: the caller judges whether it is still current, services/allocator/core/views.py)."""
+        read: the caller judges whether it is still current: the allocator's `state.Views`)."""
         return self._last.get(card)
 
     def _saw(self, card: int, doc: CardClaims, revision: int) -> tuple[CardClaims, int]:
