@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import shutil
 import statistics
@@ -25,14 +26,16 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nats
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
+from nats.micro.service import Service
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -130,6 +133,55 @@ class Run:
     spans: dict[str, list[float]]  # the allocator's span durations (s) by name, timed calls
 
 
+@dataclass
+class LoneNode:
+    """One allocator on its own over the sim driver (one H100), started: the bench's connection
+    and the allocator's, the stand-in watcher answering `pods.pending` from `pending`."""
+
+    server: NatsServer
+    directory: Path
+    nc: Client  # the bench's own
+    allocator_nc: Client  # the allocator's
+    config: Config
+    driver: Serialised
+    pending: list[PodRecord]
+    watcher: Service
+
+
+@contextlib.asynccontextmanager
+async def lone_node(where: str, node: str = NODE) -> AsyncIterator[LoneNode]:
+    """A real nats-server with the topology, the allocator serving `node` until the block ends,
+    everything removed after it."""
+    server = NatsServer().start()
+    directory = Path(tempfile.mkdtemp(prefix="pk", dir=where))
+    # the node's operators' inbox: the services answer their node's inboxes only
+    inbox = inbox_prefix(ADMIN, encode_token(node))
+    nc = await nats.connect(server.url, inbox_prefix=inbox)
+    allocator_nc = await nats.connect(server.url, inbox_prefix=inbox)
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await ensure_topology(nc.jetstream())
+        init_state(directory / "sim.json", ["H100-80GB"], [])
+        driver = Serialised(SimDriver(directory / "sim.json"))
+        pending: list[PodRecord] = []
+        watcher = await pending_watcher(nc, node, pending)
+        config = lone_config(directory, node)
+        ready = asyncio.Event()
+        tasks.append(asyncio.create_task(serve_allocator(config, allocator_nc, ready=ready,
+                                                         options=Options(driver=driver))))
+        await asyncio.wait_for(ready.wait(), 30)
+        yield LoneNode(server, directory, nc, allocator_nc, config, driver, pending, watcher)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await allocator_nc.close()
+        await nc.drain()
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(server.store_dir, ignore_errors=True)
+
+
 async def run(calls: int, warmup: int, where: str, floor_calls: int) -> Run:
     # The allocator's own spans (Allocate, pod lookup, claim, create, activate, descriptor),
     # kept in memory: the steps of the profile.
@@ -137,44 +189,18 @@ async def run(calls: int, warmup: int, where: str, floor_calls: int) -> Run:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    server = NatsServer().start()
-    directory = Path(tempfile.mkdtemp(prefix="pk", dir=where))
-    # the node's operators' inbox: the services answer their node's inboxes only
-    inbox = inbox_prefix(ADMIN, encode_token(NODE))
-    nc = await nats.connect(server.url, inbox_prefix=inbox)
-    counted = await nats.connect(server.url, inbox_prefix=inbox)
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        js = nc.jetstream()
-        await ensure_topology(js)
-        init_state(directory / "sim.json", ["H100-80GB"], [])
-        driver = Serialised(SimDriver(directory / "sim.json"))
-        pending: list[PodRecord] = []
-        watcher = await pending_watcher(nc, NODE, pending)
-        config = lone_config(directory, NODE)
-        ready = asyncio.Event()
-        options = Options(driver=driver)
-        trips = count(counted)
-        tasks.append(asyncio.create_task(serve_allocator(config, counted, ready=ready,
-                                                         options=options)))
-        await asyncio.wait_for(ready.wait(), 30)
+    async with lone_node(where) as lone:
+        # Counted from here: every request and publish the allocator makes, by trace.
+        trips = count(lone.allocator_nc)
         heap.freeze_startup()  # as the service's runner does once it is ready
-        samples, made = await _measure(js, config, driver, pending, warmup, trips)
+        js = lone.nc.jetstream()
+        samples, made = await _measure(js, lone.config, lone.driver, lone.pending, warmup, trips)
         exporter.clear()
-        samples, made = await _measure(js, config, driver, pending, calls, trips)
+        samples, made = await _measure(js, lone.config, lone.driver, lone.pending, calls, trips)
         spans = exporter.seconds
-        await watcher.stop()
-        floors = await floor.measure(server.url, directory, floor_calls)
+        await lone.watcher.stop()
+        floors = await floor.measure(lone.server.url, lone.directory, floor_calls)
         return Run(samples, made, floors, spans)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await counted.close()
-        await nc.drain()
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-        shutil.rmtree(server.store_dir, ignore_errors=True)
 
 
 async def _measure(

@@ -24,33 +24,20 @@ import argparse
 import asyncio
 import contextvars
 import logging
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import nats
-
-from bench.allocate_latency import RESOURCE, TOKEN, Serialised, _pod, _reclaim
-from partkeeper.bus import ensure_topology
+from bench.allocate_latency import NODE, RESOURCE, TOKEN, _pod, _reclaim, lone_node
 from partkeeper.bus.kv import Bucket
-from partkeeper.bus.permissions import ADMIN, inbox_prefix
 from partkeeper.claims import ClaimsStore
 from partkeeper.kubelet import deviceplugin_pb2 as pb
 from partkeeper.kubelet import deviceplugin_pb2_grpc, open_unix_channel
-from partkeeper_sim.driver import SimDriver, init_state
-from partkeeper_sim.stack.natsserver import NatsServer
-from schemas import PodRecord, encode
-from schemas.names import BUCKET_CLAIMS, BUCKET_PODS, encode_token, pods_key
-from services.allocator.core.options import Options
+from schemas import encode
+from schemas.names import BUCKET_CLAIMS, BUCKET_PODS, pods_key
 from services.allocator.deviceplugin.registration import endpoint_name
-from services.allocator.main import serve as serve_allocator
-from tests_support.lone_allocator import lone_config, pending_watcher
 
-NODE = "path-node"
 GOAL_MODULES, GOAL_RETURNS = 8, 2
 ALLOCATOR = "services.allocator."
 PROJECT = ("services.", "partkeeper.", "schemas.")
@@ -272,34 +259,21 @@ def _profiler(reading: Reading, data: Data) -> Any:
 
 
 async def follow(where: str) -> tuple[Reading, Data]:
-    server = NatsServer().start()
-    directory = Path(tempfile.mkdtemp(prefix="pk", dir=where))
-    nc = await nats.connect(server.url, inbox_prefix=inbox_prefix(ADMIN, encode_token(NODE)))
-    tasks: list[asyncio.Task[None]] = []
     reading = Reading()
     data = Data()
-    try:
-        js = nc.jetstream()
-        await ensure_topology(js)
-        init_state(directory / "sim.json", ["H100-80GB"], [])
-        driver = Serialised(SimDriver(directory / "sim.json"))
-        pending: list[PodRecord] = []
-        watcher = await pending_watcher(nc, NODE, pending)
-        config = lone_config(directory, NODE)
-        ready = asyncio.Event()
-        tasks.append(asyncio.create_task(serve_allocator(
-            config, nc, ready=ready, options=Options(driver=driver))))
-        await asyncio.wait_for(ready.wait(), 30)
+    async with lone_node(where) as lone:
+        js = lone.nc.jetstream()
         pods = await js.key_value(BUCKET_PODS)
         store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), NODE)
         request = pb.AllocateRequest(
             container_requests=[pb.ContainerAllocateRequest(devices_ids=[TOKEN])])
-        async with open_unix_channel(config.kubelet_dir / endpoint_name(RESOURCE)) as channel:
+        socket = lone.config.kubelet_dir / endpoint_name(RESOURCE)
+        async with open_unix_channel(socket) as channel:
             stub = deviceplugin_pb2_grpc.DevicePluginStub(channel)
             for i, followed in enumerate((False, True)):
                 record = _pod(i)
                 await pods.put(pods_key(NODE, record.uid), encode(record))
-                pending[:] = [record]
+                lone.pending[:] = [record]
                 if followed:
                     _MODULE_OF.update({getattr(m, "__file__", None) or "": n
                                        for n, m in list(sys.modules.items())})
@@ -310,19 +284,10 @@ async def follow(where: str) -> tuple[Reading, Data]:
                 finally:
                     sys.setprofile(None)
                     sys.set_coroutine_origin_tracking_depth(0)
-                pending.clear()
+                lone.pending.clear()
                 if not followed:
-                    await _reclaim(store, driver)
-        await watcher.stop()
-        return reading, data
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await nc.drain()
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
-        shutil.rmtree(server.store_dir, ignore_errors=True)
+                    await _reclaim(store, lone.driver)
+    return reading, data
 
 
 def report(title: str, read: list[tuple[str, str, int]], *, goal: bool) -> list[str]:
