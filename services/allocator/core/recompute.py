@@ -24,7 +24,7 @@ from partkeeper import backoff
 from partkeeper.bus import kv as bus_kv
 from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout
-from partkeeper.telemetry import metrics
+from partkeeper.telemetry import metrics, partitions
 from schemas import Claim, NodeCapacity, encode
 from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
 from services.allocator.core import sliced
@@ -63,6 +63,8 @@ class Recompute:
         # The instances the last pass advertised: the hardware poll compares against these, not
         # against its own previous reading, so a change it saw only the end of is not missed.
         self.advertised: Mapping[int, tuple[Instance, ...]] | None = None
+        # Which Pod runs on which partition (`partkeeper_partition_info`), from each pass's read.
+        self.partitions = partitions.PartitionInfo(metrics.PARTITION_INFO)
         self.pushed = 0  # the number (Changes.passes) of the last pass that pushed its lists
         self._pushed = asyncio.Event()  # replaced after every such pass: a wake-up, no data
 
@@ -90,6 +92,9 @@ class Recompute:
             return False
         self.reading.succeeded()
         _record_claims(self.ctx, snap.claims)
+        self.partitions.show(partitions.series(
+            snap.claims, snap.instances, {i: c.uuid for i, c in snap.cards.items()},
+            lost=snap.lost))
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
