@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,19 +121,27 @@ async def test_dra_partitions_are_shown_with_the_pods_using_the_claim_until_it_e
             await call(resource.create_namespaced_resource_claim, NAMESPACE, _claim("shared"))
             for name in ("infer-a", "infer-b"):
                 await call(core.create_namespaced_pod, NAMESPACE, _pod(name, "shared"))
-                await until(lambda n=name: running(core, n), f"{name} Running", DEADLINE)
-            await until(lambda: partitions(port), "a partition series", DEADLINE)
-            shown = partitions(port)
-            assert all(set(s) == set(LABELS) for s in shown)
-            pods = {(s["pod"], s["container"]) for s in shown}
-            assert pods <= {("infer-a", "server"), ("infer-b", "server"), ("infer-a", ""),
-                            ("infer-b", "")}, shown
+            for name in ("infer-a", "infer-b"):
+                await until(partial(running, core, name), f"{name} Running", DEADLINE)
             device = {k: v for k, v in expected(rig, "", "").items()
                       if k not in ("pod", "container")}
-            assert all({k: s[k] for k in device} == device for s in shown)
 
-            for name in ("infer-a", "infer-b"):
-                await call(core.delete_namespaced_pod, name, NAMESPACE)
+            def users() -> set[tuple[str, str]]:
+                shown = partitions(port)
+                assert all(set(s) == set(LABELS) for s in shown), shown
+                assert all({k: s[k] for k in device} == device for s in shown), shown
+                return {(s["pod"], s["container"]) for s in shown}
+
+            both = {("infer-a", "server"), ("infer-b", "server")}
+            await until(lambda: users() == both, f"series for {both}", DEADLINE)
+
+            # infer-a ends: the claim serves infer-b alone, on the same partition.
+            await call(core.delete_namespaced_pod, "infer-a", NAMESPACE)
+            await until(lambda: users() == {("infer-b", "server")}, "infer-b's series alone",
+                        DEADLINE)
+            assert hardware(rig).keys() == {device["uuid"]}
+
+            await call(core.delete_namespaced_pod, "infer-b", NAMESPACE)
             await call(resource.delete_namespaced_resource_claim, "shared", NAMESPACE)
             await until(lambda: not hardware(rig), "the partition destroyed", DEADLINE)
             await until(lambda: partitions(port) == [], "the series gone", DEADLINE)

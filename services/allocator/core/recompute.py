@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -49,8 +49,13 @@ class Board(Protocol):
     def post(self, health: Mapping[str, bool]) -> bool: ...
 
 
+# ResourceClaim UID -> the containers of Pods using it, as DRA mode knows them.
+Users = Callable[[], Mapping[str, Sequence[partitions.User]]]
+
+
 class Recompute:
-    def __init__(self, ctx: Context, boards: Mapping[str, Board], capacity_kv: KeyValue) -> None:
+    def __init__(self, ctx: Context, boards: Mapping[str, Board], capacity_kv: KeyValue,
+                 users: Users | None = None) -> None:
         self.ctx = ctx
         self.boards = boards
         self.capacity_kv = capacity_kv
@@ -65,6 +70,7 @@ class Recompute:
         self.advertised: Mapping[int, tuple[Instance, ...]] | None = None
         # Which Pod runs on which partition (`partkeeper_partition_info`), from each pass's read.
         self.partitions = partitions.PartitionInfo(metrics.PARTITION_INFO)
+        self.users = users or dict  # DRA mode: who uses each ResourceClaim (dra/users.py)
         self.pushed = 0  # the number (Changes.passes) of the last pass that pushed its lists
         self._pushed = asyncio.Event()  # replaced after every such pass: a wake-up, no data
 
@@ -94,7 +100,7 @@ class Recompute:
         _record_claims(self.ctx, snap.claims)
         self.partitions.show(partitions.series(
             snap.claims, snap.instances, {i: c.uuid for i, c in snap.cards.items()},
-            lost=snap.lost))
+            lost=snap.lost, users=self.users()))
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():
