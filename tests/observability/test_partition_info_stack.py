@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from functools import partial
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
