@@ -126,14 +126,22 @@ async def test_dra_partitions_are_shown_with_the_pods_using_the_claim_until_it_e
             device = {k: v for k, v in expected(rig, "", "").items()
                       if k not in ("pod", "container")}
 
+            last: list[object] = []
+
             def users() -> set[tuple[str, str]]:
                 shown = partitions(port)
+                last[:] = [shown]  # said when a wait fails
                 assert all(set(s) == set(LABELS) for s in shown), shown
                 assert all({k: s[k] for k in device} == device for s in shown), shown
                 return {(s["pod"], s["container"]) for s in shown}
 
             both = {("infer-a", "server"), ("infer-b", "server")}
-            await until(lambda: users() == both, f"series for {both}", DEADLINE)
+            try:
+                await until(lambda: users() == both, f"series for {both}", DEADLINE)
+            except AssertionError as exc:
+                body = await call(resource.read_namespaced_resource_claim, "shared", NAMESPACE)
+                raise AssertionError(f"{exc}; last scraped: {last}; reserved for "
+                                     f"{body.status.reserved_for}") from exc
 
             # infer-a ends: the claim serves infer-b alone, on the same partition.
             await call(core.delete_namespaced_pod, "infer-a", NAMESPACE)
