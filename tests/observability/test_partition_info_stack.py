@@ -1,7 +1,8 @@
 """`partkeeper_partition_info` on a running stack, both modes: the allocator process's real
 /metrics (PK_METRICS_PORT) shows a series per partition once its Pod is admitted, naming the
 partition as the driver lists it and the Pod as the API server has it; the series is gone once
-the partition is reclaimed, and an allocator started again shows the same series."""
+the partition is reclaimed, and an allocator started again shows the same series (in DRA mode
+once it has listed the ResourceClaims and read their Pods again)."""
 
 from __future__ import annotations
 
@@ -142,6 +143,11 @@ async def test_dra_partitions_are_shown_with_the_pods_using_the_claim_until_it_e
                 body = await call(resource.read_namespaced_resource_claim, "shared", NAMESPACE)
                 raise AssertionError(f"{exc}; last scraped: {last}; reserved for "
                                      f"{body.status.reserved_for}") from exc
+
+            # A restart rebuilds them: the store and the driver for the partition, the
+            # ResourceClaim watch's LIST and the Pods for its users.
+            await rig.restart("allocator")
+            await until(lambda: users() == both, "the series after a restart", DEADLINE)
 
             # infer-a ends: the claim serves infer-b alone, on the same partition.
             await call(core.delete_namespaced_pod, "infer-a", NAMESPACE)
