@@ -83,6 +83,14 @@ CLAIMS = Gauge(
     "partkeeper_claimed_instances", "Claims in the store by profile (\"sliced\" for slices) and "
     "state", ["profile", "state"],
 )
+PARTITION_INFO = Gauge(
+    "partkeeper_partition_info", "Always 1, one series per partition and container using it: "
+    "the MIG device (`uuid`, `gpu_instance_id`, `compute_instance_id`, `card_uuid`, `profile`) "
+    "and its Pod (`pod`, `namespace`, `container`), for joins with the DCGM exporter's series "
+    "(docs/observability.md)",
+    ["uuid", "gpu_instance_id", "compute_instance_id", "card_uuid", "profile", "pod",
+     "namespace", "container"],
+)
 SLICE_LIMITER = Gauge(
     "partkeeper_slice_limiter_info", "Always 1; the labels say who enforces logical slices "
     "(`limiter` none or hami-core) and whether it does (`enforced`)", ["limiter", "enforced"],

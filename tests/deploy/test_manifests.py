@@ -327,7 +327,7 @@ def test_dra_component_grants_exactly_the_dra_calls(tmp_path: Path) -> None:
     assert _grants(roles["partkeeper-dra"]) == {
         *(("resource.k8s.io", "resourceslices", v) for v in verbs),
         *(("resource.k8s.io", "resourceclaims", v) for v in ("get", "list", "watch")),
-        ("", "nodes", "get")}
+        ("", "nodes", "get"), ("", "pods", "get")}
     bindings = {d["roleRef"]["name"]: d for d in docs if d["kind"] == "ClusterRoleBinding"}
     assert bindings["partkeeper-dra"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "partkeeper", "namespace": "partkeeper"}]

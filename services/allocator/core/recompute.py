@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -24,7 +24,7 @@ from partkeeper import backoff
 from partkeeper.bus import kv as bus_kv
 from partkeeper.drivers import Instance
 from partkeeper.lifecycle import woken_or_timeout
-from partkeeper.telemetry import metrics
+from partkeeper.telemetry import metrics, partitions
 from schemas import Claim, NodeCapacity, encode
 from schemas.names import BUCKET_CLAIMS, capacity_key, claims_prefix, decode_token
 from services.allocator.core import sliced
@@ -49,8 +49,13 @@ class Board(Protocol):
     def post(self, health: Mapping[str, bool]) -> bool: ...
 
 
+# ResourceClaim UID -> the containers of Pods using it, as DRA mode knows them.
+Users = Callable[[], Mapping[str, Sequence[partitions.User]]]
+
+
 class Recompute:
-    def __init__(self, ctx: Context, boards: Mapping[str, Board], capacity_kv: KeyValue) -> None:
+    def __init__(self, ctx: Context, boards: Mapping[str, Board], capacity_kv: KeyValue,
+                 users: Users | None = None) -> None:
         self.ctx = ctx
         self.boards = boards
         self.capacity_kv = capacity_kv
@@ -63,6 +68,9 @@ class Recompute:
         # The instances the last pass advertised: the hardware poll compares against these, not
         # against its own previous reading, so a change it saw only the end of is not missed.
         self.advertised: Mapping[int, tuple[Instance, ...]] | None = None
+        # Which Pod runs on which partition (`partkeeper_partition_info`), from each pass's read.
+        self.partitions = partitions.PartitionInfo(metrics.PARTITION_INFO)
+        self.users = users or dict  # DRA mode: who uses each ResourceClaim (dra/users.py)
         self.pushed = 0  # the number (Changes.passes) of the last pass that pushed its lists
         self._pushed = asyncio.Event()  # replaced after every such pass: a wake-up, no data
 
@@ -90,6 +98,9 @@ class Recompute:
             return False
         self.reading.succeeded()
         _record_claims(self.ctx, snap.claims)
+        self.partitions.show(partitions.series(
+            snap.claims, snap.instances, {i: c.uuid for i, c in snap.cards.items()},
+            lost=snap.lost, users=self.users()))
         self.advertised = snap.instances
         advert = advertise(self.ctx.offers, snap, self.ctx.node, time.time())
         for resource, health in advert.health.items():

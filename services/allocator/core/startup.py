@@ -20,12 +20,13 @@ from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
 from services.allocator.core import claims_service
 from services.allocator.core.health import Health
-from services.allocator.core.recompute import Board, Recompute, watch_claims
+from services.allocator.core.recompute import Board, Recompute, Users, watch_claims
 from services.allocator.core.state import Context
 
 
 async def start(
-    ctx: Context, claims_kv: KeyValue, life: Lifecycle, boards: Mapping[str, Board]
+    ctx: Context, claims_kv: KeyValue, life: Lifecycle, boards: Mapping[str, Board],
+    users: Users | None = None,
 ) -> Recompute:
     """Start the shared parts in order (module docstring); the recompute, once computed."""
     loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
@@ -35,7 +36,7 @@ async def start(
     await life.until(claims_seen)
     service = await claims_service.start(ctx.nc, ctx.node, ctx.store, [c.index for c in ctx.cards])
     life.on_stop("the claims.query service", service.stop)
-    recompute = Recompute(ctx, boards, await ctx.js.key_value(BUCKET_CAPACITY))
+    recompute = Recompute(ctx, boards, await ctx.js.key_value(BUCKET_CAPACITY), users)
     life.spawn("recompute", recompute.run(computed))
     ctx.changes.touch()
     await life.until(computed)

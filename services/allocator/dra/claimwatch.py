@@ -38,9 +38,10 @@ def concerns(item: Item, held: Collection[str]) -> bool:
 
 class ClaimWatch:
     def __init__(self, api: ResourceApi, held: Callable[[], Collection[str]],
-                 wake: Callable[[], None]) -> None:
+                 wake: Callable[[], None], seen: Callable[[Item], None] = lambda _: None) -> None:
         self.held = held  # the ResourceClaim UIDs the store holds partitions for
         self.wake = wake
+        self.seen = seen  # every LIST and event, for who uses which claim (users.py)
         self.synced = False  # listed and watching: the lifetimes may wait for it to wake them
         self.woken = 0  # wake-ups given (tests, bench)
         self._listwatch: ListWatch[list[dict[str, Any]]] = ListWatch(
@@ -59,6 +60,7 @@ class ClaimWatch:
         self.wake()
 
     def _take(self, item: Item) -> None:
+        self.seen(item)
         if isinstance(item, Listed):
             self.synced = True
         if concerns(item, self.held()):

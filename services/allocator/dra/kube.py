@@ -66,6 +66,11 @@ class ResourceApi:
         return await self._call(f"GET of ResourceClaim {namespace}/{name}",
                                 self.api.read_namespaced_resource_claim, name, namespace)
 
+    async def get_pod(self, namespace: str, name: str) -> Any:
+        """A Pod using a ResourceClaim, for the containers that use it (users.py)."""
+        return await self._call(f"GET of Pod {namespace}/{name}",
+                                self.core.read_namespaced_pod, name, namespace)
+
     async def list_claims_at(self) -> tuple[str, list[dict[str, Any]]]:
         """The list's resourceVersion and every ResourceClaim (all namespaces: a claim has no
         field naming its node to select on; only metadata.name and metadata.namespace are)."""

@@ -4,7 +4,8 @@
     capacity recompute for status and metrics, hardware poll) ->
     ResourceSlice publisher and the watch of its slices (first publication awaited) ->
     kubelet plugin sockets -> ResourceClaim watch and claim lifetimes (release once a
-    ResourceClaim's use ends; the watch wakes them)
+    ResourceClaim's use ends; the watch wakes them), and who uses each claim (the partition
+    metric's Pods and containers, users.py)
 
 No device-plugin socket is served and no device-plugin board is built: kubelet learns about our
 devices only from the slices.
@@ -33,6 +34,7 @@ from services.allocator.dra.plugin import KubeletPlugin
 from services.allocator.dra.prepare import Preparer
 from services.allocator.dra.publish import SlicePublisher
 from services.allocator.dra.slicewatch import SliceWatch
+from services.allocator.dra.users import ClaimUsers
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,8 @@ async def serve(
         preparer = Preparer(ctx, api, ends.wake)
         plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer)
         publisher = SlicePublisher(ctx, api, taints=versions.taints(document))
-        await startup.start(ctx, claims_kv, life, {})
+        users = ClaimUsers(api, config.node, ctx.changes.touch)
+        await startup.start(ctx, claims_kv, life, {}, users.users)
         published = asyncio.Event()
         life.spawn("slice publisher", publisher.run(published))
         life.spawn("slice watch", SliceWatch(api, publisher).run())
@@ -73,10 +76,11 @@ async def serve(
                 f"the DRA plugin on {plugin.service_path} and {plugin.registration_path}", exc,
                 "PK_KUBELET_PLUGINS_DIR and PK_KUBELET_REGISTRY_DIR must be the kubelet's "
                 "plugins and plugins_registry directories") from exc
-        claims = ClaimWatch(api, lambda: ends.held, ends.wake)
+        claims = ClaimWatch(api, lambda: ends.held, ends.wake, users.seen)
         ends.watched = lambda: claims.synced
         life.spawn("ResourceClaim watch", claims.run())
         life.spawn("claim lifetimes", ends.run())
+        life.spawn("ResourceClaim users", users.run())
         log.info("allocator ready on node %s in DRA mode: %s", config.node, plugin.service_path)
         if ready is not None:
             ready.set()

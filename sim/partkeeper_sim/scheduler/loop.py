@@ -167,6 +167,9 @@ class DraScheduler:
                 claim.setdefault("status", {})["allocation"] = status["allocation"]
             self.resource.patch_namespaced_resource_claim_status(
                 name, namespace, {"status": status}, _content_type=MERGE_PATCH)
+            # A later Pod of this pass sharing the claim adds itself to this list, not to the
+            # one read before the pass (the merge patch replaces the whole list).
+            claim.setdefault("status", {})["reservedFor"] = status["reservedFor"]
         if special is not None:
             self._bind_special(pod, special, results[SPECIAL], ref, found)
         if self._reasons.pop(meta["uid"], None) is not None:
