@@ -11,13 +11,14 @@ import logging
 
 from nats.aio.client import Client
 
-from partkeeper import __version__, runtime
+from partkeeper import __version__, backoff, runtime
 from partkeeper.bus import ConsumerRunner
 from partkeeper.bus import serve as serve_rpc
 from partkeeper.bus.kv import Bucket
 from partkeeper.bus.rpc import Endpoint
-from partkeeper.claims import ClaimsStore
+from partkeeper.claims import ClaimsStore, boot
 from partkeeper.config import Config
+from partkeeper.drivers import DriverError
 from partkeeper.lifecycle import Lifecycle
 from schemas import PodEvent, ReclaimNow, decode
 from schemas.names import (
@@ -53,6 +54,8 @@ async def serve(
     store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), config.node, announce=True)
     driver = await runtime.open_driver(config)
     ctx = Context(config, nc, js, store, driver, Audit(js, config.node, store), tuning)
+    # Before the first reconcile: after a reboot no destroy is tried for a partition it removed.
+    await boot.settle(store, await _cards(ctx), config.proc_root)
     jobs = Jobs(ctx)
     consumer = ConsumerRunner(
         js,
@@ -83,6 +86,13 @@ async def serve(
         if ready is not None:
             ready.set()
         await life.run()
+
+
+async def _cards(ctx: Context) -> list[int]:
+    """The node's cards, asked again while the driver cannot list them (never taken as none)."""
+    return await backoff.retry("enumerating the cards", ctx.cards,
+                               transient=lambda exc: isinstance(exc, DriverError),
+                               schedule=backoff.Schedule(0.5, 10.0))
 
 
 def main() -> int:
