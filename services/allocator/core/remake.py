@@ -60,10 +60,14 @@ def plan(
     group: Sequence[Claim], legal: Mapping[int, Sequence[Range]], snap: Snapshot
 ) -> list[tuple[Claim, Spot]] | str:
     """A spot for each rebooted claim of `group`, each planned beside the ones before it; or the
-    sentence saying which one has no room."""
+    sentence saying which one has no room. Those whose old placement is free go first, so one
+    that has to move never takes another's old placement. In the group's order."""
     chosen: list[tuple[Claim, Spot]] = []
     claims = list(snap.claims)
-    for claim in group:
+    stays = {c.id for c in group
+             if spot(c, legal.get(c.card, ()), claims, snap.all_instances, snap.failed)
+             == Spot(c.card, c.start, c.size)}
+    for claim in sorted(group, key=lambda c: c.id not in stays):
         found = spot(claim, legal.get(claim.card, ()), claims, snap.all_instances, snap.failed)
         if found is None:
             why = "has failed" if claim.card in snap.failed else "has no free placement of it"
@@ -72,7 +76,8 @@ def plan(
                     f"{claim.card} {why}")
         chosen.append((claim, found))
         claims = [c for c in claims if c.id != claim.id] + [_placed(claim, found)]
-    return chosen
+    order = {c.id: i for i, c in enumerate(group)}
+    return sorted(chosen, key=lambda pair: order[pair[0].id])
 
 
 def _placed(claim: Claim, at: Spot) -> Claim:
