@@ -4,17 +4,24 @@ the claims a reboot left holding no room anywhere the allocator or the reclaimer
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nats.js import JetStreamContext
 
-from partkeeper.claims import inventory, machine, outbox
+from partkeeper import bootid
+from partkeeper.bus.kv import Bucket
+from partkeeper.claims import ClaimsStore, inventory, machine, outbox
+from partkeeper.claims.boot import settle
 from partkeeper.claims.machine import TransitionError
-from partkeeper.drivers.base import Instance, slot_identity
 from partkeeper.dra import slices
+from partkeeper.drivers.base import Instance, slot_identity
 from schemas import CardClaims, Claim, LiveInstance, decode, encode
 from schemas.events import ClaimState
+from schemas.names import BUCKET_CLAIMS
 from services.allocator.core import placement
 
 UID = "0b6f4a1e-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -147,3 +154,33 @@ def test_an_earlier_versions_document_reads_without_the_boot_fields() -> None:
     read = decode(msgspec.json.encode(raw), CardClaims)
     assert read.boot_id == "" and not read.claims["a"].rebooted and read.claims["a"].remakes == 0
     assert read.v == 1
+
+
+# -- the shell at a service's start (claims/boot.settle), on a real store ----------------------
+
+
+async def test_settle_marks_once_and_an_unreadable_boot_id_changes_nothing(
+    js: JetStreamContext, node: str, tmp_path: Path
+) -> None:
+    store = ClaimsStore(await Bucket.open(js, BUCKET_CLAIMS), node)
+    await store.update(0, lambda d: machine.begin(d, claim("a", 0, state="creating")))
+    # No boot id file: nothing is written, nothing is taken for a reboot.
+    written = (await store.read(0))[1]
+    assert await settle(store, [0, 1], tmp_path) is None
+    assert (await store.read(0))[1] == written and (await store.read(1))[1] == 0
+
+    bootid.write(tmp_path, OLD)
+    assert await settle(store, [0, 1], tmp_path) == OLD  # first boot seen: recorded only
+    first = {card: await store.read(card) for card in (0, 1)}
+    assert all(d.boot_id == OLD for d, _ in first.values())
+    assert not first[0][0].claims["a"].rebooted
+    assert await settle(store, [0, 1], tmp_path) == OLD  # a plain restart writes nothing
+    assert {card: (await store.read(card))[1] for card in (0, 1)} == \
+        {card: rev for card, (_, rev) in first.items()}
+
+    bootid.write(tmp_path, NEW)  # the host rebooted
+    assert await settle(store, [0, 1], tmp_path) == NEW
+    doc0, rev = await store.read(0)
+    assert doc0.boot_id == NEW and doc0.claims["a"].rebooted
+    assert await settle(store, [0, 1], tmp_path) == NEW  # the other service: nothing to do
+    assert (await store.read(0))[1] == rev

@@ -8,12 +8,14 @@ new boot id, the services back, and kubelet starting the running Pods' container
 from __future__ import annotations
 
 import pytest
+from rich.console import Console
 
 from partkeeper import status as node_status
 from partkeeper.bus.kv import Bucket
 from partkeeper.claims import ClaimsStore
 from partkeeper_sim.driver import SimDriver
 from partkeeper_sim.stack.kube import NAMESPACE as DP_NAMESPACE
+from partkeeper_sim.stack.migrate import NAMESPACE, PROFILES, Migration
 from schemas import Claim
 from schemas.names import BUCKET_CLAIMS
 from tests_support import until
@@ -25,6 +27,7 @@ from tests_support.reboot import (
     empty_card_free,
     instances,
     kubelet_devices,
+    prepare,
     reboot_host,
     start_services,
     stop_services,
@@ -129,3 +132,63 @@ async def test_device_plugin_pods_get_their_partitions_back_after_a_reboot() -> 
         finally:
             await work.stop()
 
+
+
+async def test_dra_pods_get_their_partitions_back_after_a_reboot() -> None:
+    # Unchanged Pod specs served through DRA (the allocator in DRA mode, the cluster's DRA side),
+    # as the migration test runs them.
+    async with open_rig(mode="both", overrides={"allocator": {"PK_MODE": "dra"}}) as rig:
+        m = Migration(rig.stack, rig.supervisor, Console(quiet=True))
+        store = await store_of(rig)
+        reader = Reader(m.core, store, rig.layout.cluster.sim_state, rig.layout.pods_dir,
+                        rig.stack.node)
+        cards = partition_cards(rig)
+        names = [f"dra-{p.replace('.', '')}" for p in PROFILES]
+        await m.admit(names, None)
+        pods = await m.pods()
+        rcs = {(r.metadata.owner_references or [])[0].name: r for r in (await m.call(
+            m.resource.list_namespaced_resource_claim, NAMESPACE)).items}
+        assert sorted(rcs) == sorted(names)
+        allocated = await m.allocated()
+        before = await claims_by_pod(store, cards)
+        made = instances(rig)
+        assert len(made) == len(names)
+
+        # A plain restart: the same boot id, so nothing is marked, re-made or written.
+        recorded = await claims_and_boot(store, list(cards))
+        await stop_services(rig)
+        await start_services(rig)
+        assert await claims_and_boot(store, list(cards)) == recorded
+        assert instances(rig) == made
+
+        # The reboot, and a Pod (with its special ResourceClaim) deleted while the node was down.
+        ended, *kept = names
+        await stop_services(rig)
+        reboot_host(rig)
+        await m.call(m.core.delete_namespaced_pod, ended, NAMESPACE)
+        await start_services(rig)
+        await nothing_counted(rig, store, cards)
+
+        # kubelet prepares the running Pods' claims again.
+        asked = [(NAMESPACE, rcs[n].metadata.uid, rcs[n].metadata.name) for n in kept]
+        first = await prepare(rig, asked)
+        again = await prepare(rig, asked)  # a retry: the same CDI devices
+        for _, uid, name in asked:
+            assert not first[uid].error, f"{name}: {first[uid].error}"
+            assert [list(d.cdi_device_ids) for d in first[uid].devices] == \
+                [list(d.cdi_device_ids) for d in again[uid].devices]
+        now = await m.partitions()
+        assert sorted(now.values(), key=str) == sorted((allocated[n] for n in kept), key=str), \
+            "each re-made at its allocated device's placement, nothing else"
+
+        await converged(reader.snapshot, deadline=CONVERGE_SECONDS, resources=lambda _r: False)
+        after = await claims_by_pod(store, cards)
+        assert pods[ended].metadata.uid not in after, "the ended Pod's claim is removed"
+        for name in kept:
+            uid = pods[name].metadata.uid
+            claim = after[uid]
+            assert claim.state == "active" and claim.remakes == 1 and not claim.rebooted
+            assert claim.id == before[uid].id and claim.instance is not None
+            assert claim.instance.uuid in now
+        running = await m.pods()
+        assert all(running[n].status.phase == "Running" for n in kept)
