@@ -10,7 +10,9 @@ rebooted claim carrying what it names, and the claim is re-made here:
     plan (`spot`, pure)  ->  write it `creating` at the spot (`machine.remake`, a CAS; before the
     driver is asked: invariant 4)  ->  the caller realises it as any creating claim
 
-The claim keeps its id, its Pod and container and its device IDs, so the IDs kubelet holds stay
+The old partition's descriptor is removed with the re-make (it describes nothing any more; the
+re-made partition's is written at the reply, as for any). The claim keeps its id, its Pod and
+container and its device IDs, so the IDs kubelet holds stay
 valid and a retried call finds the same claim (invariant 7). Where: its old placement when free,
 else the lowest free legal placement of its profile on the same card (a claim is one card's
 document: it does not move); DRA mode passes only the allocated device's placement, which the
@@ -19,6 +21,7 @@ scheduler fixed in the ResourceClaim.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -29,6 +32,7 @@ import msgspec
 from partkeeper.claims import TransitionError, machine
 from partkeeper.drivers import Instance
 from partkeeper.telemetry.logs import decision
+from partkeeper.workdir import WorkdirError, remove_descriptor
 from schemas import Claim
 from services.allocator.core import state
 from services.allocator.core.catalog import Range
@@ -122,7 +126,22 @@ async def _write(ctx: Context, claim: Claim, at: Spot) -> Claim:
         raise Refusal(Result.UNAVAILABLE, f"re-making claim {claim.id} after the reboot: {exc}; "
                       "nothing was re-made, and kubelet may retry") from exc
     again = doc.claims[claim.id]
+    if claim.instance is not None:
+        await _forget_descriptor(ctx, claim, claim.instance.uuid)
     decision(log, f"re-making {claim.profile} at {at.start}+{at.size} after a host reboot "
              f"(was at {claim.start}+{claim.size})", pod_uid=claim.pod_uid, card=claim.card,
              claim_id=claim.id, state="creating")
     return again
+
+
+async def _forget_descriptor(ctx: Context, claim: Claim, uuid: str) -> None:
+    """The old partition's descriptor describes nothing now (the reboot removed it): gone before
+    the re-made one's is written, so a partition re-made under another UUID leaves no stale file
+    keeping the Pod's directory (the GC removes only empty ones). Nothing else is touched."""
+    try:
+        await asyncio.to_thread(remove_descriptor, ctx.config.pods_dir, claim.pod_uid,
+                                claim.container, uuid)
+    except (WorkdirError, OSError) as exc:
+        log.warning("the descriptor of the partition %s the reboot removed could not be removed "
+                    "(%s); the re-made partition gets its own", uuid, exc,
+                    extra={"pod_uid": claim.pod_uid, "card": claim.card, "claim_id": claim.id})
