@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partkeeper.drivers.base import slot_identity
-from schemas import CardClaims
-from services.reclaimer.decide import Sighting, Step, decide, needs_sighting, sighting
+from partkeeper.drivers.base import Instance, slot_identity
+from schemas import CardClaims, Claim
+from schemas.events import ClaimState
+from services.reclaimer.decide import PodVerdict, Sighting, Step, decide, needs_sighting, sighting
 from tests_support.reclaimer_decisions import MINE, NOW, TIMEOUT, claim, instances, verdicts
 
 
-def rebooted(state: str, *, recorded: bool = True, age: float = 600.0):  # type: ignore[no-untyped-def]
-    return msgspec.structs.replace(claim(state, recorded=recorded, age=age),  # type: ignore[arg-type]
-                                   rebooted=True)
+def rebooted(state: ClaimState, *, recorded: bool = True, age: float = 600.0) -> Claim:
+    return msgspec.structs.replace(claim(state, recorded=recorded, age=age), rebooted=True)
 
 
 TABLE = [
@@ -36,7 +36,7 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("c", "pod", "step"), [r[1:] for r in TABLE], ids=[r[0] for r in TABLE])
-def test_after_a_reboot(c, pod, step) -> None:  # type: ignore[no-untyped-def]
+def test_after_a_reboot(c: Claim, pod: PodVerdict, step: Step) -> None:
     # Whatever the card shows: the instance the claim recorded is the old boot's.
     for seen in (Sighting(listed=True, present=MINE), Sighting(listed=True),
                  Sighting(listed=False)):
@@ -47,7 +47,7 @@ def test_after_a_reboot(c, pod, step) -> None:  # type: ignore[no-untyped-def]
 @given(st.sampled_from(["creating", "active", "releasing"]), st.booleans(), verdicts,
        st.lists(instances, max_size=4))
 def test_a_rebooted_claim_is_never_destroyed_nor_released_under_a_live_pod(
-    state, recorded, pod, listed  # type: ignore[no-untyped-def]
+    state: ClaimState, recorded: bool, pod: PodVerdict, listed: list[Instance]
 ) -> None:
     c = rebooted(state, recorded=recorded)
     doc_ = CardClaims(node="n", card=0, claims={c.id: c})
