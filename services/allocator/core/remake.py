@@ -103,14 +103,19 @@ async def remake(
         except SnapshotError as exc:
             raise Refusal(Result.UNAVAILABLE, f"{exc}; nothing was re-made") from exc
         current = {c.id: c for c in snap.claims}
-        fresh = [current.get(c.id, c) for c in rebooted]
+        if gone := [c for c in group if c.id not in current]:
+            first = gone[0]
+            raise Refusal(Result.GONE, f"claim {first.id} of Pod {first.namespace}/{first.name} "
+                          f"({first.pod_uid}) was removed meanwhile (its Pod ended); nothing was "
+                          "re-made")
+        fresh = [current[c.id] for c in rebooted]
         planned = plan([c for c in fresh if c.rebooted], legal, snap)
         if isinstance(planned, str):
             raise Refusal(Result.FULL, f"{planned}; nothing was re-made, and kubelet may retry")
         made: dict[str, Claim] = {}
         for claim, at in planned:
             made[claim.id] = await _write(ctx, claim, at)
-    return [made.get(c.id) or current.get(c.id, c) for c in group]
+    return [made.get(c.id) or current[c.id] for c in group]
 
 
 async def _write(ctx: Context, claim: Claim, at: Spot) -> Claim:
