@@ -6,6 +6,12 @@ starts first after a reboot marks the claims, and the other finds them marked (t
 mutation, each write a compare-and-set: running it twice changes nothing). A boot id that cannot
 be read leaves every document as it is: an unreadable file is not a new boot (invariant 9), and
 the services then act as they did before boot ids were recorded.
+
+NVIDIA's DRA driver keeps the boot id in its checkpoint for the same purpose (`NodeBootID`,
+NVIDIA/k8s-dra-driver-gpu `cmd/gpu-kubelet-plugin/checkpointv.go`, checked in `NewDeviceState`,
+PR #1066): a legacy checkpoint without one gets the current boot and is kept, a different one
+makes it start from an empty checkpoint. Claims cannot be dropped that way (they hold the device
+IDs kubelet keeps for running Pods, and only the reclaimer removes one), so here they are marked.
 """
 
 from __future__ import annotations
