@@ -5,12 +5,15 @@ sockets.
 
 Why the test makes kubelet's calls: the simulated kubelet keeps no checkpoint across its own
 process (sim/partkeeper_sim/kubelet/kubelet.py adopts a running Pod "without devices"), and a real
-kubelet's checkpoint (`kubelet_internal_checkpoint`, pkg/kubelet/cm/devicemanager/checkpoint in
-kubernetes/kubernetes) is what it re-Allocates from. So the test records what kubelet's
-pod-resources API lists for each running container before the reboot (the checkpoint's device
-IDs) and, once the services are back, sends `Allocate` with exactly those IDs to the allocator's
-device-plugin socket, or `NodePrepareResources` for the same ResourceClaims to its DRA socket, as
-kubelet does when it starts those containers again.
+kubelet's device IDs for a container come from its checkpoint (`kubelet_internal_checkpoint`,
+pkg/kubelet/cm/devicemanager/checkpoint in kubernetes/kubernetes); its device manager re-issues
+`Allocate` when it starts a container it has no cached allocation for, "likely due to a race
+during node restart" (`ManagerImpl.GetDeviceRunContainerOptions`,
+pkg/kubelet/cm/devicemanager/manager.go). So the test records what kubelet's pod-resources API
+lists for each running container before the reboot (the checkpoint's device IDs) and, once the
+services are back, sends `Allocate` with exactly those IDs to the allocator's device-plugin
+socket, or `NodePrepareResources` for the same ResourceClaims to its DRA socket, as kubelet does
+when it starts those containers again (issue 43).
 """
 
 from __future__ import annotations
