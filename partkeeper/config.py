@@ -280,7 +280,8 @@ class Config:
         path, Path("/"))
     proc_root: Path = setting(
         "PK_PROC_ROOT", "where `driver/nvidia/capabilities` (MIG capability minors) and `devices` "
-        "(the `nvidia-caps` major) are read (hgml: `driver/alixpu/capabilities`)",
+        "(the `nvidia-caps` major) are read (hgml: `driver/alixpu/capabilities`), and the host's "
+        "boot id, `sys/kernel/random/boot_id` (a reboot told from a restart, both services)",
         path, Path("/proc"))
     mode: Literal["deviceplugin", "dra"] = setting(
         "PK_MODE",

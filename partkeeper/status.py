@@ -78,7 +78,9 @@ def build(
                     {"id": c.id, "kind": c.kind, "state": c.state, "pod_uid": c.pod_uid,
                      "namespace": c.namespace, "name": c.name, "container": c.container,
                      "profile": c.profile, "start": c.start, "size": c.size,
-                     "resource_claim": c.resource_claim, **modes(c)}
+                     "resource_claim": c.resource_claim, **modes(c),
+                     # docs/operations.md, "After a reboot": its partition gone, holding no room
+                     "rebooted": c.rebooted, "remakes": c.remakes}
                     for c in sorted(by_id.values(), key=lambda c: (c.start, c.id))
                 ],
                 "free": dict(card.free),
@@ -208,7 +210,7 @@ def _rows(card: dict[str, Any]) -> list[tuple[str, ...]]:
     owned = {i["claim"]["id"] for i in card["instances"] if i["claim"]}
     rows.extend(
         (f"{c['start']}+{c['size']}", c["profile"], "-", _claim_label(c, False), _mode_label(c),
-         c["state"], c["pod_uid"])
+         c["state"] + (" (rebooted)" if c.get("rebooted") else ""), c["pod_uid"])
         for c in card["claims"] if c["id"] not in owned
     )
     return rows

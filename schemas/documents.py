@@ -56,6 +56,13 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     # prepared). The partition lives until then, and until the claim is deallocated from this
     # node, or deleted (docs/contract.md section 11). Older records lack it: 0, still prepared.
     unprepared_at: float = 0.0
+    # A host reboot (docs/operations.md, "After a reboot"). `rebooted`: the boot that made this
+    # claim's partition has ended, so the partition is gone; the claim is kept for its Pod and
+    # re-made when kubelet starts the container again, and counts nothing occupied until then.
+    # `remakes`: how many times it was re-made (its audit entries' ids carry it). Older records
+    # lack both: not rebooted, never re-made.
+    rebooted: bool = False
+    remakes: int = 0
 
 
 class Unpublished(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,13 +78,19 @@ class CardClaims(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", ta
     """Every claim on one card. The KV revision of this document fences all writers of the card.
 
     `outbox` (added after version 1 documents were first written; absent there, read as empty)
-    holds the transitions not yet known to be on the audit log (claims/outbox.py)."""
+    holds the transitions not yet known to be on the audit log (claims/outbox.py); `boot_id`
+    (added the same way) the boot its claims' partitions belong to."""
 
     v: int = CURRENT
     node: str
     card: int
     claims: dict[str, Claim] = {}
     outbox: list[Unpublished] = []
+    # The host's boot id (`PK_PROC_ROOT/sys/kernel/random/boot_id`) the partitions of this card's
+    # claims were made in; a service that starts under another one marks them `rebooted`
+    # (claims/machine.after_boot). Added in place like `outbox`: "" in older documents, read as
+    # "not known yet" and set, changing nothing else, at the next start.
+    boot_id: str = ""
 
 
 class PodRecord(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="PodRecord"):

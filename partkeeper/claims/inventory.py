@@ -17,6 +17,7 @@ class Inventory:
     unrecorded: dict[str, Instance] = field(default_factory=dict)  # claim id -> one at its spec
     vanished: list[str] = field(default_factory=list)  # claims whose recorded instance is gone
     foreign: list[Instance] = field(default_factory=list)  # instances no claim describes
+    rebooted: list[str] = field(default_factory=list)  # claims whose partition a reboot removed
 
 
 def _at_spec(claim: Claim, inst: Instance) -> bool:
@@ -40,10 +41,16 @@ def classify(doc: CardClaims, instances: list[Instance], same: IdentityRule) -> 
     finished, never the slot lost. A claim without one (creating, or released mid-create) is
     matched to an instance exactly at its spec, which is what a create interrupted by a crash
     leaves behind. Every other instance is foreign.
+
+    A claim marked `rebooted` owns nothing: its partition went with the boot that made it, and
+    an instance at its slot now (same name-based UUID or not) is another one, foreign unless
+    another claim describes it. It is not `vanished` either: nothing unexpected happened to it.
     """
     inv = Inventory()
     used: set[tuple[str, int]] = set()
-    partitions = [c for c in doc.claims.values() if c.kind == "partition"]
+    inv.rebooted.extend(c.id for c in doc.claims.values()
+                        if c.kind == "partition" and c.rebooted)
+    partitions = [c for c in doc.claims.values() if c.kind == "partition" and not c.rebooted]
     for claim in partitions:
         recorded = _recorded(claim)
         if recorded is None:

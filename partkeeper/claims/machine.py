@@ -4,6 +4,10 @@
         \\--release (Pod gone while creating)--^        ^
          \\--abandon (allocator undoes its own never-activated create)
 
+    after a host reboot (`after_boot` marks every partition claim `rebooted`: its partition is gone)
+    rebooted creating/active --remake--> creating (no instance; at the placement the shell chose)
+    rebooted releasing --remove--> (removed; the reclaimer has nothing to destroy)
+
 Every function returns a new document or raises TransitionError naming the claim and the states;
 none performs I/O. An unknown state is an error, never a default.
 """
@@ -53,15 +57,21 @@ def begin(doc: CardClaims, claim: Claim) -> CardClaims:
         raise TransitionError(f"claim {claim.id} already exists on card {doc.card}")
     if claim.card != doc.card:
         raise TransitionError(f"claim {claim.id} is for card {claim.card}, not {doc.card}")
+    _refuse_overlap(doc, claim)
+    return _with(doc, claim)
+
+
+def _refuse_overlap(doc: CardClaims, claim: Claim) -> None:
+    """A claim's placement must overlap no other claim of its kind, except one a reboot removed
+    the partition of: that one holds no room until it is re-made (`remake` checks again then)."""
     for other in doc.claims.values():
-        if other.kind == claim.kind and overlaps(
-            (claim.start, claim.size), (other.start, other.size)
-        ):
+        if other.id == claim.id or other.kind != claim.kind or other.rebooted:
+            continue
+        if overlaps((claim.start, claim.size), (other.start, other.size)):
             raise TransitionError(
                 f"claim {claim.id} at {claim.start}+{claim.size} overlaps claim {other.id} "
                 f"({other.state}) at {other.start}+{other.size} on card {doc.card}"
             )
-    return _with(doc, claim)
 
 
 def activate(doc: CardClaims, claim_id: str, instance: LiveInstance, now: float) -> CardClaims:
@@ -130,6 +140,48 @@ def remove(doc: CardClaims, claim_id: str, *, abandon: bool = False) -> CardClai
         )
     rest = {k: v for k, v in doc.claims.items() if k != claim_id}
     return msgspec.structs.replace(doc, claims=rest)
+
+
+def after_boot(doc: CardClaims, boot_id: str) -> CardClaims:
+    """The document as a service starting under the host's boot `boot_id` finds it.
+
+    The same boot (a plain restart): unchanged. No boot recorded (a new document, or one an
+    earlier version wrote, whose Pods run on): only the boot is recorded, nothing else changes.
+    Another boot: the host rebooted, which removed every partition, so each partition claim is
+    marked `rebooted` (the document keeps it for its Pod: kubelet re-asks for it, or its Pod
+    ends and it is released). Logical slices are no partitions and survive; so does everything
+    else in a claim, its device IDs and placement included."""
+    if not boot_id:
+        raise TransitionError(f"card {doc.card}: an empty boot id cannot be recorded")
+    if doc.boot_id == boot_id:
+        return doc
+    claims = doc.claims
+    if doc.boot_id:
+        claims = {
+            cid: c if c.kind != "partition" or c.rebooted else
+            msgspec.structs.replace(c, rebooted=True)
+            for cid, c in doc.claims.items()
+        }
+    return msgspec.structs.replace(doc, claims=claims, boot_id=boot_id)
+
+
+def remake(
+    doc: CardClaims, claim_id: str, start: int, size: int, now: float
+) -> CardClaims:
+    """rebooted creating/active -> creating at (`start`, `size`) on the same card, with no
+    instance: the write-ahead record of a re-create (invariant 4), which the realisation then
+    completes as any creating claim. Its device IDs, Pod and container are kept."""
+    claim = _get(doc, claim_id)
+    if not claim.rebooted:
+        raise TransitionError(f"claim {claim_id} is not rebooted; only a rebooted claim is "
+                              "re-made")
+    if claim.state not in ("creating", "active"):
+        raise TransitionError(f"claim {claim_id} is {claim.state}; it is not re-made")
+    again = msgspec.structs.replace(
+        claim, state="creating", start=start, size=size, instance=None, rebooted=False,
+        remakes=claim.remakes + 1, updated_at=now)
+    _refuse_overlap(doc, again)
+    return _with(doc, again)
 
 
 def empty(node: str, card: int) -> CardClaims:

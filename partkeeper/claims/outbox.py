@@ -26,7 +26,11 @@ log = logging.getLogger(__name__)
 MAX_ENTRIES = 256  # per card; beyond it the oldest are dropped (and said so): a bounded document
 
 
-def msg_id(claim_id: str, state: str) -> str:
+def msg_id(claim_id: str, state: str, remakes: int = 0) -> str:
+    """A re-made claim (after a reboot) goes through its states again: its entries carry the
+    count of re-makes, so the duplicate window does not take them for re-sends."""
+    if remakes:
+        return f"claim/{claim_id}/{remakes}/{state}"
     return f"claim/{claim_id}/{state}"
 
 
@@ -38,7 +42,7 @@ def _event(claim: Claim, state: ClaimState, now: float, *, reason: str = "") -> 
         profile=claim.profile, start=claim.start, size=claim.size, state=state,
         instance_uuid=instance, reason=reason,
     )
-    return Unpublished(msg_id=msg_id(claim.id, state), event=event)
+    return Unpublished(msg_id=msg_id(claim.id, state, claim.remakes), event=event)
 
 
 def transitions(old: CardClaims, new: CardClaims, now: float,

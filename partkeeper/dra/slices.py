@@ -84,10 +84,11 @@ def _split(items: Sequence[dict[str, Any]], size: int) -> list[list[dict[str, An
 
 
 def occupied(claims: Iterable[Claim], instances: Iterable[Instance]) -> dict[int, list[Range]]:
-    """Per card, every range a partition claim (any state) or a physical instance covers."""
+    """Per card, every range a partition claim (any state) or a physical instance covers; a
+    claim whose partition a reboot removed covers nothing until it is re-made."""
     taken: dict[int, list[Range]] = {}
     for claim in claims:
-        if claim.kind == "partition":
+        if claim.kind == "partition" and not claim.rebooted:
             taken.setdefault(claim.card, []).append((claim.start, claim.size))
     for inst in instances:
         taken.setdefault(inst.card, []).append(inst.placement)

@@ -68,6 +68,8 @@ def needs_sighting(claim: Claim, pod: PodVerdict) -> bool:
     """Whether `decide` looks at the card's enumeration for `claim`. A claim of a dead Pod that is
     not releasing yet is released whatever the card shows (the destroy that follows enumerates
     afresh), so the common first step of a reclaim needs no driver call."""
+    if claim.rebooted and claim.state in KNOWN_STATES:
+        return False  # a reboot removed its partition: nothing on the card can be it
     if claim.state == "releasing" or claim.state not in KNOWN_STATES:
         return True
     return not (is_dead(pod) and not claim.resource_claim_uid)
@@ -89,6 +91,10 @@ def decide(
     # the claim is unprepared and deallocated, or deleted (services/allocator/dra/ends.py).
     if is_dead(pod) and not claim.resource_claim_uid:
         return Decision(Step.RELEASE, f"Pod is {pod}")
+    if claim.rebooted:
+        # Kept for its Pod: kubelet starts the container again and the allocator re-makes it.
+        return Decision(Step.KEEP, f"a host reboot removed its partition; Pod is {pod}, kept "
+                        "for the allocator to re-make when kubelet asks again")
     recorded = claim.kind == "partition" and claim.state == "active" and claim.instance is not None
     if recorded and seen.listed and seen.present is None:
         return Decision(Step.RELEASE, "its instance vanished from the card")
@@ -103,6 +109,10 @@ def _releasing(
 ) -> Decision:
     if claim.kind != "partition":
         return Decision(Step.REMOVE, "a logical slice has no instance to destroy")
+    if claim.rebooted:
+        # Never a destroy: what sits at its slot now (even with the same name-based UUID) was
+        # made in this boot, by someone else.
+        return Decision(Step.REMOVE, "a host reboot removed its partition: nothing to destroy")
     if claim.instance is None and now - claim.created_at < create_timeout:
         # Released while the allocator may still be creating: its activation finds the claim
         # releasing and undoes its own instance; acting now would race its create.

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 
-from partkeeper import __version__, runtime
+from partkeeper import __version__, backoff, runtime
 from partkeeper.bus import ConsumerRunner
 from partkeeper.bus import serve as serve_rpc
 from partkeeper.bus.kv import Bucket
 from partkeeper.bus.rpc import Endpoint
-from partkeeper.claims import ClaimsStore
+from partkeeper.claims import ClaimsStore, boot
 from partkeeper.config import Config
+from partkeeper.drivers import DriverError
 from partkeeper.lifecycle import Lifecycle
 from schemas import PodEvent, ReclaimNow, decode
 from schemas.names import (
@@ -77,12 +79,32 @@ async def serve(
                                 ReclaimNowHandler(ctx, jobs))],
         )
         life.on_stop("the reclaim.now service", service.stop)
-        life.spawn("reconcile", Reconciler(ctx, jobs).run())
-        life.spawn("pod events", consumer.run())
+        # The boot first (docs/reclaimer.md, "After a reboot"): after a reboot, no claim is
+        # judged before the partitions it removed are marked. `reclaim.now` answers meanwhile.
+        settled = asyncio.Event()
+        life.spawn("reconcile", _after_boot(ctx, settled, Reconciler(ctx, jobs).run))
+        life.spawn("pod events", _after(settled, consumer.run))
         log.info("reclaimer ready on node %s", config.node)
         if ready is not None:
             ready.set()
         await life.run()
+
+
+async def _after_boot(ctx: Context, settled: asyncio.Event,
+                      then: Callable[[], Awaitable[None]]) -> None:
+    """Record the host's boot on every card's claims (the cards asked again while the driver
+    cannot list them: never taken as none), then run `then`."""
+    cards = await backoff.retry("enumerating the cards", ctx.cards,
+                                transient=lambda exc: isinstance(exc, DriverError),
+                                schedule=backoff.Schedule(0.5, 10.0))
+    await boot.settle(ctx.store, cards, ctx.config.proc_root)
+    settled.set()
+    await then()
+
+
+async def _after(settled: asyncio.Event, then: Callable[[], Awaitable[None]]) -> None:
+    await settled.wait()
+    await then()
 
 
 def main() -> int:

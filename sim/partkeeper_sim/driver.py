@@ -67,6 +67,7 @@ from partkeeper_sim.driver_state import (
     encode_state,
     init_state,
     mig_uuid,
+    reboot,
     snapshot,
     write_state,
 )
@@ -320,6 +321,18 @@ class SimDriver:
             return msgspec.to_builtins(driver_health.recover(b.state, card))
 
         return self._transact("recover", mutate)
+
+    def reboot(self) -> dict[str, Any]:
+        """The host rebooted: every card loses its partitions (MIG GPU and compute instances do
+        not survive a reboot; NVIDIA's mig-parted re-applies a MIG layout at each boot for that
+        reason, `deployments/systemd` in NVIDIA/mig-parted). MIG mode, the cards' UUIDs, their
+        health and the injected faults are kept. The boot id is not the driver's: it is the file
+        under `PK_PROC_ROOT`, which whoever simulates the reboot changes."""
+
+        def mutate(b: SimBinding) -> dict[str, Any]:
+            return reboot(b.state)
+
+        return self._transact("reboot", mutate)
 
     def card_health(self, card: int) -> tuple[str, list[int]]:
         """("ok" | "failed" | "lost", the fatal XIDs since the last recovery), as `sim list`

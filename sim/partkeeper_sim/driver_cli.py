@@ -78,6 +78,10 @@ def register(
     recover = command("recover", _recover, "a failed card was reset and answers again")
     recover.add_argument("--card", type=int, required=True, help="card index")
 
+    command("reboot", _reboot, "the host rebooted: every card loses its partitions (MIG mode, "
+            "card UUIDs and health kept); the boot id under PK_PROC_ROOT is the caller's to "
+            "change")
+
     latency = command("latency", _latency, "make every later create or destroy take this long")
     latency.add_argument("--op", required=True, choices=("create", "destroy"))
     latency.add_argument("--ms", type=int, required=True, help="milliseconds (0 turns it off)")
@@ -168,6 +172,12 @@ def _fail(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
 def _recover(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
     result = _driver(path).recover_card(args.card)
     return result, f"card {args.card} was reset and answers again"
+
+
+def _reboot(args: argparse.Namespace, path: Path) -> tuple[Any, str]:
+    result = _driver(path).reboot()
+    gone = sum(len(uuids) for uuids in result["removed"].values())
+    return result, f"rebooted: {gone} partitions removed from {len(result['removed'])} cards"
 
 
 def _latency(args: argparse.Namespace, path: Path) -> tuple[Any, str]:

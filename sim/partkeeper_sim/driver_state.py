@@ -249,6 +249,17 @@ def init_state(
     return snapshot(state)
 
 
+def reboot(state: SimState) -> dict[str, Any]:
+    """A host reboot, on the state: every card's instances are gone (busy ones too: a reboot ends
+    their processes); mode, UUIDs, health reports, lost cards and faults stay. Returns what each
+    card lost, by card index: the UUIDs."""
+    lost: dict[str, Any] = {}
+    for card in state.cards:
+        lost[str(card.index)] = sorted(i.uuid for i in card.instances)
+        card.instances = []
+    return {"removed": lost}
+
+
 def snapshot(state: SimState) -> dict[str, Any]:
     """The `sim list --json` shape (docs/contract.md section 6): the state plus `memory_mib`,
     and each card's `health` and fatal `xids` since its last recovery."""

@@ -1,7 +1,9 @@
 """Where a new partition (or slice) goes: a pure function of legal placements, claims, instances.
 
 Occupied = claims in any state union physical instances, foreign ones included: a slot is never
-offered while anything covers it (invariant 5). Among the cards where the profile still fits, the
+offered while anything covers it (invariant 5). A claim whose partition a host reboot removed
+(`rebooted`) covers nothing: nothing exists there, and it takes room again only once re-made.
+Among the cards where the profile still fits, the
 most occupied one wins (packing keeps whole cards free for large profiles); ties go to the lowest
 card index, and on the chosen card the lowest free legal start is taken. A failed card (a fatal
 XID, or lost: partkeeper/drivers/cardhealth.py) takes nothing new, whatever room it has.
@@ -96,10 +98,11 @@ class Snapshot:
 def occupied(
     claims: Iterable[Claim], instances: Iterable[Instance], kind: ClaimKind
 ) -> dict[int, list[Range]]:
-    """Per card, every range a claim of `kind` (any state) or a physical instance covers."""
+    """Per card, every range a claim of `kind` (any state) or a physical instance covers; a
+    claim whose partition a reboot removed covers nothing until it is re-made (`remake.py`)."""
     taken: dict[int, list[Range]] = {}
     for claim in claims:
-        if claim.kind == kind:
+        if claim.kind == kind and not claim.rebooted:
             taken.setdefault(claim.card, []).append((claim.start, claim.size))
     if kind == "partition":
         for inst in instances:

@@ -1,6 +1,7 @@
 """What both modes of the allocator run first, in this order, on the runtime kit (`Lifecycle`):
 
-    Pod view and claims watch (both loaded) -> pk-allocator micro service (`claims.query`) ->
+    the host's boot recorded on the claims (partkeeper/claims/boot.py) -> Pod view and claims
+    watch (both loaded) -> pk-allocator micro service (`claims.query`) ->
     capacity recompute (its first pass done) -> hardware poll and card health watch
 
 Each mode then starts what kubelet talks to: the device-plugin sockets and their registration
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 
 from nats.js.kv import KeyValue
 
+from partkeeper.claims import boot
 from partkeeper.errors import StartupError
 from partkeeper.lifecycle import Lifecycle
 from schemas.names import BUCKET_CAPACITY
@@ -29,6 +31,9 @@ async def start(
     users: Users | None = None,
 ) -> Recompute:
     """Start the shared parts in order (module docstring); the recompute, once computed."""
+    # Before anything reads the claims: a reboot since they were written marks them (the
+    # partitions it removed hold no room), a plain restart changes nothing.
+    await boot.settle(ctx.store, [c.index for c in ctx.cards], ctx.config.proc_root)
     loaded, claims_seen, computed = asyncio.Event(), asyncio.Event(), asyncio.Event()
     life.spawn("pod view", ctx.pods.run(loaded))
     life.spawn("claims watch", watch_claims(ctx, claims_kv, claims_seen))

@@ -2,7 +2,8 @@
 
     read the claims -> ask `decide.which_pod`, gathering what it asks for, until it answers:
       RESUME -> the same partition(s), completing `creating` claims left by a crash (and writing
-                the ones a crash kept it from writing)
+                the ones a crash kept it from writing), re-making those a host reboot removed
+                (`core.remake`)
       SERVE  -> plan (making room if needed) -> write the claims as `creating` -> create ->
                 `active` -> descriptors -> reply
 
@@ -38,7 +39,7 @@ from partkeeper.telemetry import metrics, tracing
 from partkeeper.telemetry.logs import decision
 from partkeeper.workdir import WorkdirError, write_descriptor
 from schemas import Claim, encode
-from services.allocator.core import events, handoff, sliced, state, writes
+from services.allocator.core import events, handoff, remake, sliced, state, writes
 from services.allocator.core.catalog import Offer
 from services.allocator.core.placement import Snapshot, Spot, Target, place
 from services.allocator.core.refusal import Refusal, Result
@@ -393,6 +394,8 @@ class Allocator:
             if not group:
                 raise Refusal(Result.UNAVAILABLE, "the first attempt of this Allocate failed and "
                               "undid its claims; kubelet may retry")
+        if any(c.rebooted for c in group):  # kubelet starts the container again after a reboot
+            group = await remake.remake(self.ctx, group, offer.legal, until)
         extra = decide.missing(group, ids)
         revisions: writes.Revisions | None = None
         if extra:  # a crash came between the claim writes of this container

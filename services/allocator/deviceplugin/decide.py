@@ -114,15 +114,35 @@ def admitting(kubelet: KubeletView | None, claim: Claim) -> bool:
     return claim.resource not in containers.get(claim.container, frozenset())
 
 
+def after_reboot(claim: Claim) -> bool:
+    """The claim's partition was removed by a host reboot (`rebooted`), or re-made since in this
+    boot (`remakes`, no longer rebooted): kubelet starts the containers of Pods that were
+    running again after a reboot, with the device IDs of its checkpoint, though the API server
+    still shows those Pods Running, not being admitted (docs/operations.md, "After a reboot")."""
+    return claim.rebooted or claim.remakes > 0
+
+
+def restarting(kubelet: KubeletView | None, claim: Claim) -> bool:
+    """kubelet still counts the claim's Pod active (pod-resources lists only active Pods), or
+    cannot say. A Pod kubelet no longer lists has stopped; its IDs were freed and handed on."""
+    return kubelet is None or (claim.namespace, claim.name) in kubelet
+
+
 def holder(
     claim: Claim, *, dead: bool, being_admitted: bool, kubelet: KubeletView | None
 ) -> Holder:
     """What the claim carrying the device IDs means. `dead`: the Pod view or the watcher, asked
     afresh, says its Pod finished or is gone; `being_admitted`: the watcher's fresh answer says
-    the Pod is still being admitted; `kubelet`: the pod-resources view (None: no answer)."""
+    the Pod is still being admitted; `kubelet`: the pod-resources view (None: no answer).
+
+    After a reboot (`after_reboot`), the live Pod's container asking again for its IDs is
+    kubelet starting it again: a retry, whose partition is re-made (core/remake.py) or, once
+    re-made, returned again."""
     if dead:
         return Holder.DEAD
     if being_admitted and admitting(kubelet, claim):
+        return Holder.RETRY
+    if after_reboot(claim) and restarting(kubelet, claim):
         return Holder.RETRY
     return Holder.HANDED_ON
 

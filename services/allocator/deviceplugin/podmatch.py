@@ -30,7 +30,7 @@ from services.allocator.core import state
 from services.allocator.core.placement import Target
 from services.allocator.core.refusal import Refusal, Result
 from services.allocator.core.state import Context
-from services.allocator.deviceplugin.decide import HolderSeen, KubeletView, Looked
+from services.allocator.deviceplugin.decide import HolderSeen, KubeletView, Looked, after_reboot
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,9 @@ async def holder(
     if is_dead(answer.state):
         return HolderSeen(dead=True, being_admitted=False, kubelet=None)
     admitted = being_admitted(answer.pod)
+    asked = admitted or after_reboot(first)  # kubelet's view decides both (decide.holder)
     return HolderSeen(dead=False, being_admitted=admitted,
-                      kubelet=await kubelet.view() if admitted else None)
+                      kubelet=await kubelet.view() if asked else None)
 
 
 def _watcher(ctx: Context) -> WatcherClient:

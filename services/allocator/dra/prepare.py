@@ -5,6 +5,8 @@
                       placement -> `active` -> CDI spec -> CDI id
       creating     -> adopt the instance a crash left at the spec, or create -> as above
       active       -> the same CDI id again (kubelet retries after restarts)
+      rebooted     -> a host reboot removed it: re-made at the same placement (`core.remake`),
+                      then as creating
       releasing    -> an error: the claim is on its way out
 
 The claim is durable before the driver is asked (invariant 4), so a crash at any step leaves a
@@ -37,7 +39,7 @@ from partkeeper.dra import DRIVER
 from partkeeper.kubelet import dra_pb2 as pb
 from partkeeper.telemetry.logs import decision
 from schemas import Claim
-from services.allocator.core import handoff, writes
+from services.allocator.core import handoff, remake, writes
 from services.allocator.core.placement import Target
 from services.allocator.core.refusal import Refusal
 from services.allocator.core.state import Context, current_claims
@@ -132,6 +134,19 @@ class Preparer:
                                    "meanwhile; nothing was prepared and kubelet may retry")
             await faults.reach("allocator.after_claim")
             active = await self._made(w, claim, revisions, resume=False)
+        elif existing.rebooted and existing.state in ("creating", "active"):
+            # kubelet prepares the claim again after a host reboot removed its partition: re-made
+            # at the allocated device's placement, the only one the ResourceClaim names.
+            decision(log, "prepare after a host reboot re-makes the claim's partition",
+                     pod_uid=existing.pod_uid, card=existing.card, claim_id=existing.id)
+            until = asyncio.get_running_loop().time() + self.ctx.options.room_wait_seconds
+            try:
+                [again] = await remake.remake(
+                    self.ctx, [existing], {existing.card: ((existing.start, existing.size),)},
+                    until)
+            except Refusal as exc:
+                raise PrepareError(f"{w.asked}: device {w.device}: {exc.message}") from exc
+            active = await self._made(w, again, writes.Revisions({}, {}), resume=True)
         elif existing.state == "creating":
             decision(log, "retried prepare completes a creating claim", pod_uid=existing.pod_uid,
                      card=existing.card, claim_id=existing.id)

@@ -14,6 +14,7 @@ import os
 import sys
 import sysconfig
 import time
+import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
+from partkeeper import bootid
 from partkeeper.bus.permissions import inbox_prefix
 from partkeeper.bus.topology import ProvisionError, provision
 from partkeeper.config import Config, ConfigError, load
@@ -110,11 +112,25 @@ def service_env(layout: Layout, nats_url: str, base: Mapping[str, str]) -> dict[
         "PK_PODS_DIR": str(layout.pods_dir),
         "PK_DRIVER": "sim",
         "PK_SIM_STATE": str(paths.sim_state),
+        "PK_PROC_ROOT": str(proc_root(layout)),
         "PK_METRICS_PORT": "0",
         "PK_RESYNC_SECONDS": "1",
         "PYTHONUNBUFFERED": "1",
     })
     return env
+
+
+def proc_root(layout: Layout) -> Path:
+    """The simulated host's `/proc`, as far as the services read it: its boot id (a test that
+    simulates a reboot writes a new one there after `partkeeper sim reboot`)."""
+    return layout.root / "proc"
+
+
+def boot(layout: Layout) -> None:
+    """Give the simulated host a boot id, once: a stack started again on the same working dir
+    is the same boot (its cards kept their partitions), so an existing one is kept."""
+    if not bootid.path(proc_root(layout)).exists():
+        bootid.write(proc_root(layout), str(uuid.uuid4()))
 
 
 def offered_resources(config: Config) -> list[str]:
@@ -153,6 +169,7 @@ async def launch(
     if own_nats:
         users = users or EmbeddedUsers.made()
     env = service_env(layout, nats_url, os.environ)
+    boot(layout)
     if mode == "dra":
         env.update({"PK_MODE": "dra", "PK_CDI_DIR": str(layout.root / "cdi")})
     elif mode == "both":
