@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Any
 
 from partkeeper.drivers.base import Instance
 from partkeeper.status import limiter_line
@@ -217,13 +218,23 @@ async def busy_instance(demo: Demo) -> None:
 async def card_fails(demo: Demo) -> None:
     """A card reports a fatal XID mid-run: it takes nothing new, the Pods on it are told with a
     Warning Event, their partitions are left alone, and the other card still admits."""
-    status = await demo.probe.status()
-    cards = [c for c in status["cards"] if c["mode"] == "partition"]
-    # Fail a card that holds demo Pods while another still has room for the next one.
-    roomy = [c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0]
-    require(bool(roomy), f"no card has room for a {BUSY_PROFILE} after the busy step")
-    healthy = roomy[0]
-    failing = next(c for c in cards if c["index"] != healthy["index"])
+    # Fail a card that holds demo Pods while another still has room for the next one. The busy
+    # step ends when the partition is gone from the cards; the capacity status reports follows
+    # the claim's removal a moment later, so the room is waited for, never read once.
+    picked: dict[str, dict[str, Any]] = {}
+
+    async def room() -> bool:
+        cards = [c for c in (await demo.probe.status())["cards"] if c["mode"] == "partition"]
+        roomy = [c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0]
+        others = [c for c in cards if roomy and c["index"] != roomy[0]["index"]]
+        if not others:
+            return False
+        picked.update(healthy=roomy[0], failing=others[0])
+        return True
+
+    await demo.until(room, f"a card with room for a {BUSY_PROFILE} after the busy step",
+                     "see logs/allocator.log (capacity) and logs/reclaimer.log")
+    healthy, failing = picked["healthy"], picked["failing"]
     on_it = {i["claim"]["pod_uid"] for i in failing["instances"] if i.get("claim")}
     claims_before = {c.id: c for c in await demo.probe.claims() if c.card == failing["index"]}
     await demo.probe.fail_card(failing["index"], FAILING_XID)
