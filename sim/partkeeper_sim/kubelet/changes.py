@@ -21,3 +21,9 @@ class Changes:
             while not predicate():
                 self._event.clear()
                 await self._event.wait()
+
+    def armed(self) -> asyncio.Event:
+        """The event the next touch sets, cleared now: clear, read the state, then wait on it,
+        so a change during the read is not lost."""
+        self._event.clear()
+        return self._event
