@@ -29,6 +29,7 @@ when the stream ends (it clears the driver's entries) or stays silent past the t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -177,15 +178,13 @@ class HealthFeed:
         while True:
             changed = self._changed
             yield response(pb2, self.states, time.time())
-            try:
+            with contextlib.suppress(TimeoutError):  # quiet: the same list again
                 await asyncio.wait_for(changed.wait(), RESEND_SECONDS)
-            except TimeoutError:
-                pass
 
 
 def _servicer(base: type, pb2: ModuleType, feed: HealthFeed, version: str) -> Any:
-    class Servicer(base):  # type: ignore[misc, valid-type]
-        async def NodeWatchResources(  # noqa: N802 - the gRPC method's name
+    class Servicer(base):
+        async def NodeWatchResources(
             self, request: Any, context: grpc.aio.ServicerContext
         ) -> AsyncIterator[Any]:
             log.info("kubelet watches the resource health (%s)", version)

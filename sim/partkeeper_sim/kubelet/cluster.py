@@ -27,8 +27,8 @@ from urllib3.exceptions import HTTPError
 
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from partkeeper_sim.kubelet import podstatus
-from partkeeper_sim.kubelet.resourcehealth import Statuses
 from partkeeper_sim.kubelet.pods import PodEvent, PodSpecError, PodView, pod_from_manifest
+from partkeeper_sim.kubelet.resourcehealth import Statuses
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,6 @@ from partkeeper_sim.kubelet.admission import (
 from partkeeper_sim.kubelet.changes import Changes
 from partkeeper_sim.kubelet.plugins import PluginCallError, PluginRegistry
 from partkeeper_sim.kubelet.podresources import PodAssignment, PodResourcesServer
-from partkeeper_sim.kubelet.resourcehealth import Statuses, device_plugin_status
 from partkeeper_sim.kubelet.pods import PodEvent, PodView
 from partkeeper_sim.kubelet.records import (
     PodRecord,
@@ -49,6 +48,7 @@ from partkeeper_sim.kubelet.records import (
     held_devices,
     new_containers,
 )
+from partkeeper_sim.kubelet.resourcehealth import Statuses, device_plugin_status
 from partkeeper_sim.kubelet.runtime import create_error
 from partkeeper_sim.kubelet.source import PodSource
 from partkeeper_sim.kubelet.status import StatusManager

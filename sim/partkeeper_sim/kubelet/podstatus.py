@@ -15,8 +15,8 @@ with the rest, when the kubelet has any for it.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from partkeeper_sim.kubelet.pods import PodView
