@@ -71,6 +71,10 @@ def test_ecc_and_lost_cards_are_unhealthy() -> None:
     ecc = by_name(device_states("n", CARDS, fault(0, EventKind.ECC_UNCORRECTABLE), (), ()))
     assert ecc["gpu-0-mig-7g80gb-0"].health == "UNHEALTHY"
     assert "ECC" in ecc["gpu-0-mig-7g80gb-0"].message
+    fell = by_name(device_states("n", CARDS, fault(1, EventKind.LOST, xid=79), (), ()))
+    assert fell["gpu-1-mig-7g80gb-0"].health == "UNHEALTHY"
+    assert "card 1" in fell["gpu-1-mig-7g80gb-0"].message
+    assert "XID 79" in fell["gpu-1-mig-7g80gb-0"].message
     lost = by_name(device_states("n", CARDS, CardHealth(), {1}, ()))
     assert lost["gpu-1-mig-1g10gb-3"].health == "UNHEALTHY"
     assert "card 1 is lost" in lost["gpu-1-mig-1g10gb-3"].message

@@ -77,7 +77,10 @@ class DeviceState:
 def _card_message(card: int, fault: Fault | None) -> str:
     if fault is None:
         return f"card {card} is lost: every driver call on it fails; nothing new is placed on it"
-    return f"card {card}: {fault.meaning}; nothing new is placed on it until it recovers"
+    said = fault.meaning
+    if fault.xid and f"XID {fault.xid}" not in said:
+        said += f" (XID {fault.xid})"  # a lost card's meaning does not name its XID
+    return f"card {card}: {said}; nothing new is placed on it until it recovers"
 
 
 def device_states(
