@@ -18,7 +18,7 @@ from typing import Any
 
 from partkeeper.drivers.base import Instance
 from partkeeper.status import limiter_line
-from partkeeper_sim.stack.kube import Kube, PodWatch
+from partkeeper_sim.stack.kube import Kube, PodWatch, health_line, health_words
 from partkeeper_sim.stack.launch import Stack
 from partkeeper_sim.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
 from partkeeper_sim.stack.probe import Probe
@@ -265,6 +265,8 @@ async def card_fails(demo: Demo) -> None:
                      "see logs/allocator.log and logs/watcher.log")
     demo.view.note(f"told {len(told)} Pod(s) on card {failing['index']} "
                    "(Warning PartitionCardUnhealthy)")
+    shown = await _health_shown(demo, sorted(told), "Unhealthy", failing["index"])
+    demo.view.note(f"their own status says so: {shown}")
     pod = await demo.scheduler.run(demo.name(BUSY_PROFILE, "after-fail"),
                                    demo.resource(BUSY_PROFILE), "partition")
     require(not pod.refused, f"Pod {pod.name} was refused with a healthy card left: "
@@ -287,10 +289,29 @@ async def card_fails(demo: Demo) -> None:
 
     await demo.until(offered_again, f"card {failing['index']} offered again after the reset",
                      "see logs/allocator.log (card health)")
+    await _health_shown(demo, sorted(told), "Healthy", failing["index"])
     demo.failed_card = (f"card {failing['index']} failed (XID {FAILING_XID}): {len(told)} Pod(s) "
-                        f"told, {pod.name} admitted on card {claim.card}, nothing released; "
-                        "recovered")
+                        f"told and shown Unhealthy in their status, {pod.name} admitted on card "
+                        f"{claim.card}, nothing released; recovered and shown Healthy")
     demo.view.note(f"card {failing['index']} reset (`partkeeper sim recover`) and offered again")
+
+
+async def _health_shown(demo: Demo, names: list[str], word: str, card: int) -> str:
+    """Wait until every named Pod's allocatedResourcesStatus says `word` of all its devices
+    (the simulated kubelet writes it from the plugin's ListAndWatch); one Pod's line."""
+
+    async def every() -> str:
+        lines = []
+        for name in names:
+            entries = await demo.kube.resource_health(name)
+            if health_words(entries) != {word}:
+                return ""
+            lines.append(health_line(name, entries))
+        return lines[0] if lines else "no Pod on the card"
+
+    shown = await demo.until(every, f"{word} in the status of the Pods on card {card}",
+                             "see logs/cluster.log (kubelet) and logs/allocator.log")
+    return str(shown)
 
 
 async def drain(demo: Demo) -> None:
