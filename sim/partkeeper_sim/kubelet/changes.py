@@ -22,8 +22,10 @@ class Changes:
                 self._event.clear()
                 await self._event.wait()
 
-    def armed(self) -> asyncio.Event:
-        """The event the next touch sets, cleared now: clear, read the state, then wait on it,
-        so a change during the read is not lost."""
-        self._event.clear()
-        return self._event
+    async def since(self, count: int) -> None:
+        """Return once a touch came after the one that made `count`: read `count` first, then
+        the state, then wait here, and a change during the read is not lost. (Counted, not a
+        cleared event: another waiter clearing the shared event must not hide a touch.)"""
+        while self.count == count:
+            self._event.clear()
+            await self._event.wait()

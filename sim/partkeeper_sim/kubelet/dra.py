@@ -267,8 +267,8 @@ class DraKubelet:
                 if entries:
                     statuses[str(container.get("name"))] = entries
             if statuses and statuses != self.health_shown.get(uid):
-                self.health_shown[uid] = statuses
                 await self.source.set_resource_health(uid, statuses)
+                self.health_shown[uid] = statuses  # only once written
 
     async def _prepare(self, info: ClaimInfo) -> str:
         socket = self.plugins.get(info.driver)

@@ -305,12 +305,12 @@ class SimKubelet:
     async def _health_loop(self) -> None:
         """Write each running Pod's allocatedResourcesStatus whenever it changes."""
         while True:
-            woken = self._changes.armed()
+            seen = self._changes.count
             try:
                 await self._report_health()
             except Exception:  # the next change writes again; the node keeps going
                 log.exception("writing the devices' health to Pod status failed")
-            await woken.wait()
+            await self._changes.since(seen)
 
     async def _report_health(self) -> None:
         running = {uid: rec for uid, rec in self._pods.items() if rec.state is PodState.RUNNING}
@@ -326,8 +326,8 @@ class SimKubelet:
                 if entries:
                     statuses[container.name] = entries
             if statuses and statuses != self.health_shown.get(uid):
-                self.health_shown[uid] = statuses
                 await self._source.set_resource_health(uid, statuses)
+                self.health_shown[uid] = statuses  # only once written
 
     # -- admission -------------------------------------------------------------------------
 

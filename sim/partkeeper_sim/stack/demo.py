@@ -300,17 +300,21 @@ async def _health_shown(demo: Demo, names: list[str], word: str, card: int) -> s
     """Wait until every named Pod's allocatedResourcesStatus says `word` of all its devices
     (the simulated kubelet writes it from the plugin's ListAndWatch); one Pod's line."""
 
+    seen: dict[str, str] = {}
+
     async def every() -> str:
-        lines = []
+        ok = True
         for name in names:
             entries = await demo.kube.resource_health(name)
-            if health_words(entries) != {word}:
-                return ""
-            lines.append(health_line(name, entries))
-        return lines[0] if lines else "no Pod on the card"
+            seen[name] = health_line(name, entries)
+            ok = ok and health_words(entries) == {word}
+        return (seen[names[0]] if names else "no Pod on the card") if ok else ""
 
-    shown = await demo.until(every, f"{word} in the status of the Pods on card {card}",
-                             "see logs/cluster.log (kubelet) and logs/allocator.log")
+    try:
+        shown = await demo.until(every, f"{word} in the status of the Pods on card {card}",
+                                 "see logs/cluster.log (kubelet) and logs/allocator.log")
+    except DemoError as exc:
+        raise DemoError(f"{exc}; last seen: {' | '.join(seen.values())}") from None
     return str(shown)
 
 
