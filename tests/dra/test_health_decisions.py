@@ -114,3 +114,9 @@ def test_v1alpha1_responses_have_no_message_field() -> None:
     (only,) = answer.devices
     assert only.health == dra_health_v1alpha1_pb2.UNKNOWN
     assert "message" not in dra_health_v1alpha1_pb2.DeviceHealth.DESCRIPTOR.fields_by_name
+
+
+def test_a_card_listed_lost_at_start_without_its_model_is_left_out() -> None:
+    unknown = (*CARDS[:1], Card(1, "", "", "partition", 0, None, "lost: sim"))
+    states = device_states("n", unknown, CardHealth(), {1}, ())
+    assert states and all(s.device.startswith("gpu-0-") for s in states)

@@ -43,6 +43,7 @@ from partkeeper.claims import StoreReadError
 from partkeeper.dra import devices
 from partkeeper.drivers import Card
 from partkeeper.drivers.cardhealth import CardHealth, Fault
+from partkeeper.drivers.profiles import MODELS
 from partkeeper.kubelet import (
     dra_health_v1_pb2,
     dra_health_v1_pb2_grpc,
@@ -103,7 +104,9 @@ def device_states(
             broken[name] = (f"card {claim.card}, GPU instance {inst.gi_id} compute instance "
                             f"{inst.ci_id} ({inst.uuid}): {fault.meaning}")
     out = []
-    for spec in devices.all_devices(cards):
+    # A card found lost at start is listed without its model (drivers/base.py, `lost_card`): what
+    # it offers cannot be named, so it is left out until it answers and is enumerated again.
+    for spec in devices.all_devices(c for c in cards if c.model in MODELS):
         fault = health.card_fault(spec.card)
         if fault is not None or spec.card in lost:
             out.append(DeviceState(pool, spec.name, "UNHEALTHY", _card_message(spec.card, fault)))
