@@ -94,13 +94,15 @@ class Scope(StrEnum):
 @dataclass(frozen=True)
 class Fault:
     """What one event means: `scope` says what failed, `cause` is the metric label
-    (`xid-79`, `ecc`, `lost`), `meaning` the sentence an Event carries."""
+    (`xid-79`, `ecc`, `lost`), `meaning` the sentence an Event carries, `xid` the XID the
+    event carried (0: none), which a lost card's cause does not name."""
 
     card: int
     scope: Scope
     cause: str
     meaning: str
     instance: tuple[int, int] | None = None
+    xid: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,8 @@ def classify(event: CardEvent, rules: XidPolicy) -> Fault:
     if event.kind is EventKind.RECOVERED:
         return Fault(card, Scope.RECOVERED, "recovered", "the card answers again")
     if event.kind is EventKind.LOST:
-        return Fault(card, Scope.CARD, "lost", "the card stopped answering (GPU is lost)")
+        return Fault(card, Scope.CARD, "lost", "the card stopped answering (GPU is lost)",
+                     xid=event.xid)
     if event.kind is EventKind.ECC_CORRECTABLE:
         return Fault(card, Scope.NONE, "ecc-correctable", "correctable (single-bit) ECC error")
     if event.kind is EventKind.ECC_UNCORRECTABLE:
@@ -162,8 +165,8 @@ def classify(event: CardEvent, rules: XidPolicy) -> Fault:
     if rules.ignores(event.xid):
         return Fault(card, Scope.NONE, cause, said)
     if event.instance is not None:
-        return Fault(card, Scope.INSTANCE, cause, said, event.instance)
-    return Fault(card, Scope.CARD, cause, said)
+        return Fault(card, Scope.INSTANCE, cause, said, event.instance, xid=event.xid)
+    return Fault(card, Scope.CARD, cause, said, xid=event.xid)
 
 
 @dataclass(frozen=True)

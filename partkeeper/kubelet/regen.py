@@ -21,7 +21,10 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent.parent
-PROTOS = ("deviceplugin.proto", "podresources.proto", "dra.proto", "dra_registration.proto")
+PROTOS = (
+    "deviceplugin.proto", "podresources.proto", "dra.proto", "dra_registration.proto",
+    "dra_health_v1.proto", "dra_health_v1beta1.proto", "dra_health_v1alpha1.proto",
+)
 
 HEADER = (
     "# ruff: noqa\n"

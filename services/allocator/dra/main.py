@@ -3,7 +3,8 @@
     what both modes start (`startup.start`: Pod view, claims watch, pk-allocator micro service,
     capacity recompute for status and metrics, hardware poll) ->
     ResourceSlice publisher and the watch of its slices (first publication awaited) ->
-    kubelet plugin sockets -> ResourceClaim watch and claim lifetimes (release once a
+    device-health feed (first list computed) -> kubelet plugin sockets (DRAPlugin and
+    DRAResourceHealth) -> ResourceClaim watch and claim lifetimes (release once a
     ResourceClaim's use ends; the watch wakes them), and who uses each claim (the partition
     metric's Pods and containers, users.py)
 
@@ -29,6 +30,7 @@ from services.allocator.core.options import Options
 from services.allocator.dra import versions
 from services.allocator.dra.claimwatch import ClaimWatch
 from services.allocator.dra.ends import ClaimEnds
+from services.allocator.dra.health import HealthFeed
 from services.allocator.dra.kube import KubeError, ResourceApi
 from services.allocator.dra.plugin import KubeletPlugin
 from services.allocator.dra.prepare import Preparer
@@ -56,7 +58,9 @@ async def serve(
         document = await _supported(api)
         ends = ClaimEnds(ctx, api)
         preparer = Preparer(ctx, api, ends.wake)
-        plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer)
+        feed = HealthFeed(ctx)
+        plugin = KubeletPlugin(config.kubelet_registry_dir, config.kubelet_plugins_dir, preparer,
+                               feed)
         publisher = SlicePublisher(ctx, api, taints=versions.taints(document))
         users = ClaimUsers(api, config.node, ctx.changes.touch)
         await startup.start(ctx, claims_kv, life, {}, users.users)
@@ -64,6 +68,8 @@ async def serve(
         life.spawn("slice publisher", publisher.run(published))
         life.spawn("slice watch", SliceWatch(api, publisher).run())
         await life.until(published)
+        life.spawn("device health feed", feed.run())
+        await life.until(feed.ready)
         # Stopped after the tasks, in this order: the sockets, then the realisations in flight,
         # then the claims announcements they left in flight.
         life.on_stop("the audit announcements", ctx.store.drain)

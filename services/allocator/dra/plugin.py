@@ -3,6 +3,7 @@
     <PK_KUBELET_REGISTRY_DIR>/partitions.partkeeper.io-reg.sock   plugin registration v1
         GetInfo -> type "DRAPlugin", the driver name, the service socket, ["v1.DRAPlugin"]
     <PK_KUBELET_PLUGINS_DIR>/partitions.partkeeper.io/dra.sock     k8s.io.kubelet...dra.v1.DRAPlugin
+        and DRAResourceHealth v1, v1beta1, v1alpha1 (health.py), listed in supported_versions
 
 Kubelet's plugin watcher finds the registration socket in its directory, asks GetInfo, dials
 the service socket and reports back through NotifyRegistrationStatus. Both sockets are owner
@@ -30,6 +31,7 @@ from partkeeper.kubelet import (
     serve_unix,
 )
 from partkeeper.telemetry.grpc import ServerTracing
+from services.allocator.dra import health
 from services.allocator.dra.prepare import Preparer
 
 T = TypeVar("T")
@@ -37,7 +39,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
-SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", *health.SERVICES)
 
 
 def registration_socket(registry_dir: Path) -> Path:
@@ -97,7 +99,9 @@ class Registration(dra_registration_pb2_grpc.RegistrationServicer):
 
 
 class KubeletPlugin:
-    def __init__(self, registry_dir: Path, plugins_dir: Path, preparer: Preparer) -> None:
+    def __init__(self, registry_dir: Path, plugins_dir: Path, preparer: Preparer,
+                 feed: health.HealthFeed | None = None) -> None:
+        self.feed = feed
         self.service_path = service_socket(plugins_dir)
         self.registration_path = registration_socket(registry_dir)
         self.registration = Registration(self.service_path)
@@ -108,6 +112,8 @@ class KubeletPlugin:
         """Serve the DRA service first, then the registration socket kubelet looks for."""
         service = grpc.aio.server(interceptors=[ServerTracing()])
         dra_pb2_grpc.add_DRAPluginServicer_to_server(DraService(self.preparer), service)
+        if self.feed is not None:
+            health.add_to_server(service, self.feed)
         await _serve(service, self.service_path)
         self._servers.append(service)
         registration = grpc.aio.server()

@@ -21,3 +21,11 @@ class Changes:
             while not predicate():
                 self._event.clear()
                 await self._event.wait()
+
+    async def since(self, count: int) -> None:
+        """Return once a touch came after the one that made `count`: read `count` first, then
+        the state, then wait here, and a change during the read is not lost. (Counted, not a
+        cleared event: another waiter clearing the shared event must not hide a touch.)"""
+        while self.count == count:
+            self._event.clear()
+            await self._event.wait()

@@ -28,6 +28,7 @@ from urllib3.exceptions import HTTPError
 from partkeeper.listwatch import EndedAtOnce, Event, Expired, Listed, ListWatch, WatchFailed
 from partkeeper_sim.kubelet import podstatus
 from partkeeper_sim.kubelet.pods import PodEvent, PodSpecError, PodView, pod_from_manifest
+from partkeeper_sim.kubelet.resourcehealth import Statuses
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,11 @@ class ClusterPodSource:
         self._retry_delay = retry_delay
         self._known: dict[str, PodView] = {}
         self._started: dict[str, str] = {}  # uid -> the startTime first written
+        # uid -> the phase, reason and message last written, and the devices' health: a health
+        # change writes the whole status again (a merge patch replaces containerStatuses).
+        self._last: dict[str, tuple[str, str, str]] = {}
+        self._health: dict[str, Statuses] = {}
+        self._writing: dict[str, asyncio.Lock] = {}  # uid -> one status write at a time
         self._listwatch: ListWatch[list[PodView]] = ListWatch(
             self._list, self._watch_call, timeout_seconds=watch_timeout_seconds,
             request_timeout=(10.0, 30.0),
@@ -139,7 +145,8 @@ class ClusterPodSource:
             return []
         if item.type == "DELETED":
             self._known.pop(view.uid, None)
-            self._started.pop(view.uid, None)
+            for kept in (self._started, self._last, self._health, self._writing):
+                kept.pop(view.uid, None)
             return [PodEvent("deleted", view)]
         self._known[view.uid] = view
         return [PodEvent("upsert", view)]
@@ -147,17 +154,33 @@ class ClusterPodSource:
     # -- writing ---------------------------------------------------------------------------
 
     async def set_phase(self, uid: str, phase: str, reason: str, message: str) -> None:
+        async with self._writing.setdefault(uid, asyncio.Lock()):
+            await self._write_status(uid, phase, reason, message)
+
+    async def set_resource_health(self, uid: str, health: Statuses) -> None:
+        """The containers' allocatedResourcesStatus: written with the last phase at once, or
+        with the first phase write when none was made yet."""
+        async with self._writing.setdefault(uid, asyncio.Lock()):
+            self._health[uid] = health
+            last = self._last.get(uid)
+            if last is not None:
+                await self._write_status(uid, *last)
+
+    async def _write_status(self, uid: str, phase: str, reason: str, message: str) -> None:
         pod = self._known.get(uid)
         if pod is None:
             log.info("not reporting %s for Pod %s: it is no longer on %s", phase, uid, self._node)
             return
         # null removes a field in a merge patch, so a Running report clears an old reason.
+        fields = podstatus.status_fields(pod, phase, reason, self._started.get(uid),
+                                         allocated=self._health.get(uid))
         body = {
             "metadata": {"uid": uid},
-            "status": {**podstatus.status_fields(pod, phase, reason, self._started.get(uid)),
-                       "phase": phase, "reason": reason or None, "message": message or None},
+            "status": {**fields, "phase": phase, "reason": reason or None,
+                       "message": message or None},
         }
         self._started.setdefault(uid, body["status"]["startTime"])
+        self._last[uid] = (phase, reason, message)
         await self._tolerating_gone(
             self._api.patch_namespaced_pod_status,
             pod.name,

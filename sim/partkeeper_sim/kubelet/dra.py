@@ -16,7 +16,11 @@ As kubelet's DRA manager does (k8s.io/kubernetes pkg/kubelet/cm/dra/manager.go):
 - when the Pod's containers stop (deletion requested, after the termination delay), the Pod
   leaves its claims' sets; a claim no Pod uses any more is unprepared with
   `NodeUnprepareResources` (retried until it answers, also while no plugin of the driver is
-  registered: the Pod stays Terminating meanwhile), then the deletion is completed.
+  registered: the Pod stays Terminating meanwhile), then the deletion is completed;
+- each registered driver's resource-health stream is followed (drahealth.py), and a running
+  Pod's containers carry their claims' devices' health in `allocatedResourcesStatus`
+  (resourcehealth.py), written again on every change (manager.go,
+  `UpdateAllocatedResourcesStatus`, after a health update names one of the Pod's devices).
 
 Kept apart from the device-plugin kubelet (`kubelet.py`); the two share only the `PodSource`.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +48,10 @@ from partkeeper_sim.kubelet.draclaims import (
     container_devices,
     extended_claim,
 )
+from partkeeper_sim.kubelet.drahealth import HealthStreams
 from partkeeper_sim.kubelet.draplugins import WIPE_DELAY, DraPlugins
 from partkeeper_sim.kubelet.pods import PodEvent, PodView
+from partkeeper_sim.kubelet.resourcehealth import Statuses, dra_status
 from partkeeper_sim.kubelet.source import PodSource
 
 log = logging.getLogger(__name__)
@@ -62,6 +69,7 @@ class Worker:
     error: str = ""
     running: bool = False
     cdi: dict[str, list[str]] = field(default_factory=dict)  # container -> CDI ids
+    entries: dict[str, str] = field(default_factory=dict)  # the Pod's claim entry -> claim UID
 
 
 # Per claim entry of a Pod: the claim's UID, and the (driver, ref) pairs to prepare it with.
@@ -88,6 +96,12 @@ class DraKubelet:
         # (pkg/kubelet/cm/dra/plugin/dra_plugin.go, getOrCreateGRPCConn); gRPC reconnects it
         # by itself, and a new registration gets a new one.
         self._channels: dict[str, tuple[int, grpc.aio.Channel]] = {}
+        self.health = HealthStreams(lambda: dict(self.registry.plugins),
+                                    lambda d: self.registry.services.get(d, []),
+                                    lambda d: self.registry.registrations.get(d, 0),
+                                    self._health_changed, poll=poll)
+        self.health_shown: dict[str, Statuses] = {}  # uid -> allocatedResourcesStatus written
+        self._health_wake = asyncio.Event()
 
     @property
     def plugins(self) -> dict[str, str]:
@@ -95,7 +109,10 @@ class DraKubelet:
 
     async def __aenter__(self) -> DraKubelet:
         self._tasks = [asyncio.create_task(self.registry.run(), name="sim-kubelet dra reg"),
-                       asyncio.create_task(self._pods(), name="sim-kubelet dra pods")]
+                       asyncio.create_task(self._pods(), name="sim-kubelet dra pods"),
+                       asyncio.create_task(self.health.run(), name="sim-kubelet dra health"),
+                       asyncio.create_task(self._health_writer(),
+                                           name="sim-kubelet dra health status")]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -144,6 +161,7 @@ class DraKubelet:
                 if await self._attempt(worker):
                     worker.running = True
                     await self.source.set_phase(pod.uid, "Running", "", "")
+                    self._health_changed()
                     break
                 await woken_or_timeout(worker.stop, self.retry)
             await worker.stop.wait()
@@ -154,6 +172,7 @@ class DraKubelet:
                 await self.source.finalize_delete(pod.namespace, pod.name, pod.uid)
         finally:
             self.workers.pop(pod.uid, None)
+            self.health_shown.pop(pod.uid, None)
 
     async def _attempt(self, worker: Worker) -> bool:
         try:
@@ -211,10 +230,45 @@ class DraKubelet:
                 if error:
                     worker.error = error
                     return False
-        worker.cdi = container_devices(body, {e: uid for e, (uid, _) in entries.items()},
-                                       self.claims)
+        worker.entries = {e: uid for e, (uid, _) in entries.items()}
+        worker.cdi = container_devices(body, worker.entries, self.claims)
         worker.error = ""
         return True
+
+    # -- device health in the Pod's status ----------------------------------------------
+
+    def _health_changed(self) -> None:
+        self._health_wake.set()
+
+    async def _health_writer(self) -> None:
+        while True:
+            await self._health_wake.wait()
+            self._health_wake.clear()
+            try:
+                await self._report_health()
+            except Exception:  # the next change writes again; the node keeps going
+                log.exception("writing the devices' health to Pod status failed")
+
+    async def _report_health(self) -> None:
+        now = time.monotonic()
+        for uid, worker in list(self.workers.items()):
+            if not worker.running or worker.stop.is_set():
+                continue
+            spec = worker.pod.manifest.get("spec") or {}
+            devices = {}
+            for entry, claim_uid in worker.entries.items():
+                info = self.claims.get(claim_uid)
+                if info is not None:
+                    devices[entry] = [(info.driver, d.pool_name, d.device_name)
+                                      for d in info.devices]
+            statuses = {}
+            for container in spec.get("containers") or []:
+                entries = dra_status(container, devices, self.health.reported, now)
+                if entries:
+                    statuses[str(container.get("name"))] = entries
+            if statuses and statuses != self.health_shown.get(uid):
+                await self.source.set_resource_health(uid, statuses)
+                self.health_shown[uid] = statuses  # only once written
 
     async def _prepare(self, info: ClaimInfo) -> str:
         socket = self.plugins.get(info.driver)

@@ -52,6 +52,8 @@ class DraPlugins:
         # driver -> how many times it registered: kubelet makes a new DRAPlugin, and with it a
         # new connection, on every registration (dra_plugin_manager.go, RegisterPlugin).
         self.registrations: dict[str, int] = {}
+        # driver -> the services its registration listed (the health stream's version).
+        self.services: dict[str, list[str]] = {}
         self.wiped = 0  # slices deleted by wipes (tests, bench)
         self._sockets: dict[str, str] = {}  # registration socket -> driver
         self._refused: set[str] = set()  # registration sockets told no (asked again if renewed)
@@ -136,6 +138,7 @@ class DraPlugins:
             self._refused.add(str(path))
             return ""
         self.plugins[info.name] = info.endpoint
+        self.services[info.name] = list(info.supported_versions)
         self.registrations[info.name] = self.registrations.get(info.name, 0) + 1
         log.info("registered DRA plugin %s at %s", info.name, info.endpoint)
         return str(info.name)

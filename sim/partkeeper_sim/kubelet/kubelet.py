@@ -11,7 +11,9 @@ kubelet's order: a Pod the node cannot fit otherwise (OutOfcpu) is rejected befo
 allocated; then each init container, then each other container, is allocated its devices, those
 of an init container being reused by the containers after it (kubelet's device manager calls
 Allocate again with them). Pods are admitted in the order the source delivers them (binding
-order), whatever their creation times say.
+order), whatever their creation times say. A running Pod's containers carry their devices' health
+as the plugins' ListAndWatch last gave it (`allocatedResourcesStatus`, resourcehealth.py), written
+again on every change, as kubelet's device manager sends a health change to the status manager.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from partkeeper_sim.kubelet.records import (
     held_devices,
     new_containers,
 )
+from partkeeper_sim.kubelet.resourcehealth import Statuses, device_plugin_status
 from partkeeper_sim.kubelet.runtime import create_error
 from partkeeper_sim.kubelet.source import PodSource
 from partkeeper_sim.kubelet.status import StatusManager
@@ -104,6 +107,8 @@ class SimKubelet:
         self._pods: dict[str, PodRecord] = {}
         self._gone: deque[PodRecord] = deque(maxlen=256)
         self._sync_task: asyncio.Task[None] | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self.health_shown: dict[str, Statuses] = {}  # uid -> allocatedResourcesStatus written
         self.sync_error: BaseException | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -113,12 +118,16 @@ class SimKubelet:
         if self._podres is not None:
             await self._podres.start()
         self._sync_task = asyncio.create_task(self._sync_loop(), name="sim-kubelet sync loop")
+        self._health_task = asyncio.create_task(self._health_loop(), name="sim-kubelet health")
 
     async def stop(self) -> None:
         tasks = [r.worker for r in self._pods.values() if r.worker and not r.worker.done()]
         if self._sync_task is not None:
             tasks.append(self._sync_task)
             self._sync_task = None
+        if self._health_task is not None:
+            tasks.append(self._health_task)
+            self._health_task = None
         await cancel_all(tasks)
         await self._status.stop()
         await self._plugins.stop()
@@ -290,6 +299,35 @@ class SimKubelet:
         self._gone.append(self._pods.pop(pod.uid))
         decision(log, "Pod object is gone", **_ids(rec))
         self._changes.touch()
+
+    # -- device health in the Pod's status --------------------------------------------------
+
+    async def _health_loop(self) -> None:
+        """Write each running Pod's allocatedResourcesStatus whenever it changes."""
+        while True:
+            seen = self._changes.count
+            try:
+                await self._report_health()
+            except Exception:  # the next change writes again; the node keeps going
+                log.exception("writing the devices' health to Pod status failed")
+            await self._changes.since(seen)
+
+    async def _report_health(self) -> None:
+        running = {uid: rec for uid, rec in self._pods.items() if rec.state is PodState.RUNNING}
+        for uid in set(self.health_shown) - set(running):
+            del self.health_shown[uid]
+        for uid, rec in running.items():
+            statuses = {}
+            for container in rec.containers.values():
+                if container.init:
+                    continue
+                listed = {r: self.devices(r) for r in container.devices}
+                entries = device_plugin_status(container.devices, listed)
+                if entries:
+                    statuses[container.name] = entries
+            if statuses and statuses != self.health_shown.get(uid):
+                await self._source.set_resource_health(uid, statuses)
+                self.health_shown[uid] = statuses  # only once written
 
     # -- admission -------------------------------------------------------------------------
 

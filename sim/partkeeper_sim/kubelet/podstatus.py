@@ -8,11 +8,14 @@ so their state follows the Pod's phase: Pending is waiting (`ContainerCreating`,
 the kubelet gave), Running is running and ready, Succeeded is terminated with exit 0
 (`Completed`), Failed terminated with 1 (`Error`). A Pod the kubelet rejected at admission
 (Failed with a reason, its containers never created) gets no container statuses, as upstream.
+Each container's `allocatedResourcesStatus` (its devices' health, resourcehealth.py) is written
+with the rest, when the kubelet has any for it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +43,8 @@ def _state(phase: str, reason: str, started: str, now: str) -> tuple[dict[str, A
 
 
 def status_fields(pod: PodView, phase: str, reason: str, started: str | None = None,
-                  now: datetime | None = None) -> dict[str, Any]:
+                  now: datetime | None = None,
+                  allocated: Mapping[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The `status` fields written with `phase` (merged into the phase, reason and message)."""
     stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     started = started or stamp
@@ -56,6 +60,9 @@ def status_fields(pod: PodView, phase: str, reason: str, started: str | None = N
          "image": "", "imageID": IMAGE_ID, "containerID": f"sim://{pod.uid}/{c.name}"}
         for c in pod.containers
     ]
+    for status in fields["containerStatuses"]:
+        if (allocated or {}).get(status["name"]):
+            status["allocatedResourcesStatus"] = allocated[status["name"]]  # type: ignore[index]
     done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started,
                            "finishedAt": started}}
     if pod.init_containers and phase != "Pending":

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from partkeeper_sim.kubelet.changes import Changes
 from partkeeper_sim.kubelet.pods import PodEvent, PodView, pod_from_manifest
+from partkeeper_sim.kubelet.resourcehealth import Statuses
 
 
 @runtime_checkable
@@ -25,6 +26,10 @@ class PodSource(Protocol):
 
     async def set_phase(self, uid: str, phase: str, reason: str, message: str) -> None:
         """Report the Pod's phase (and why) in its status."""
+        ...
+
+    async def set_resource_health(self, uid: str, health: Statuses) -> None:
+        """Report the containers' allocatedResourcesStatus (resourcehealth.py)."""
         ...
 
     async def finalize_delete(self, namespace: str, name: str, uid: str) -> None:
@@ -53,6 +58,7 @@ class MemoryPodSource:
         self._changes = Changes()
         self.reports: dict[str, list[PhaseReport]] = {}
         self.finalized: list[str] = []
+        self.health: dict[str, Statuses] = {}  # uid -> the last allocatedResourcesStatus
 
     # -- the cluster side ------------------------------------------------------------------
 
@@ -92,6 +98,10 @@ class MemoryPodSource:
             self._emit("upsert", dataclasses.replace(self._pods[uid], phase=phase))
         else:
             self._touch()
+
+    async def set_resource_health(self, uid: str, health: Statuses) -> None:
+        self.health[uid] = health
+        self._touch()
 
     async def finalize_delete(self, namespace: str, name: str, uid: str) -> None:
         pod = self._pods.get(uid)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from partkeeper_sim.kubelet.draclaims import extended_claim
 from partkeeper_sim.kubelet.pods import PodEvent, PodView
+from partkeeper_sim.kubelet.resourcehealth import Statuses
 from partkeeper_sim.kubelet.source import PodSource
 
 
@@ -37,6 +38,9 @@ class SplitSource:
 
     async def set_phase(self, uid: str, phase: str, reason: str, message: str) -> None:
         await self._inner.set_phase(uid, phase, reason, message)
+
+    async def set_resource_health(self, uid: str, health: Statuses) -> None:
+        await self._inner.set_resource_health(uid, health)
 
     async def finalize_delete(self, namespace: str, name: str, uid: str) -> None:
         await self._inner.finalize_delete(namespace, name, uid)

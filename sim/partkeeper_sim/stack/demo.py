@@ -14,10 +14,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Any
 
 from partkeeper.drivers.base import Instance
 from partkeeper.status import limiter_line
-from partkeeper_sim.stack.kube import Kube, PodWatch
+from partkeeper_sim.stack.kube import Kube, PodWatch, health_line, health_words
 from partkeeper_sim.stack.launch import Stack
 from partkeeper_sim.stack.observe import DemoError, Observer, PodTrack, woken_or_timeout
 from partkeeper_sim.stack.probe import Probe
@@ -217,13 +218,23 @@ async def busy_instance(demo: Demo) -> None:
 async def card_fails(demo: Demo) -> None:
     """A card reports a fatal XID mid-run: it takes nothing new, the Pods on it are told with a
     Warning Event, their partitions are left alone, and the other card still admits."""
-    status = await demo.probe.status()
-    cards = [c for c in status["cards"] if c["mode"] == "partition"]
-    # Fail a card that holds demo Pods while another still has room for the next one.
-    roomy = [c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0]
-    require(bool(roomy), f"no card has room for a {BUSY_PROFILE} after the busy step")
-    healthy = roomy[0]
-    failing = next(c for c in cards if c["index"] != healthy["index"])
+    # Fail a card that holds demo Pods while another still has room for the next one. The busy
+    # step ends when the partition is gone from the cards; the capacity status reports follows
+    # the claim's removal a moment later, so the room is waited for, never read once.
+    picked: dict[str, dict[str, Any]] = {}
+
+    async def room() -> bool:
+        cards = [c for c in (await demo.probe.status())["cards"] if c["mode"] == "partition"]
+        roomy = [c for c in cards if c["free"].get(BUSY_PROFILE, 0) > 0]
+        others = [c for c in cards if roomy and c["index"] != roomy[0]["index"]]
+        if not others:
+            return False
+        picked.update(healthy=roomy[0], failing=others[0])
+        return True
+
+    await demo.until(room, f"a card with room for a {BUSY_PROFILE} after the busy step",
+                     "see logs/allocator.log (capacity) and logs/reclaimer.log")
+    healthy, failing = picked["healthy"], picked["failing"]
     on_it = {i["claim"]["pod_uid"] for i in failing["instances"] if i.get("claim")}
     claims_before = {c.id: c for c in await demo.probe.claims() if c.card == failing["index"]}
     await demo.probe.fail_card(failing["index"], FAILING_XID)
@@ -254,6 +265,8 @@ async def card_fails(demo: Demo) -> None:
                      "see logs/allocator.log and logs/watcher.log")
     demo.view.note(f"told {len(told)} Pod(s) on card {failing['index']} "
                    "(Warning PartitionCardUnhealthy)")
+    shown = await _health_shown(demo, sorted(told), "Unhealthy", failing["index"])
+    demo.view.note(f"their own status says so: {shown}")
     pod = await demo.scheduler.run(demo.name(BUSY_PROFILE, "after-fail"),
                                    demo.resource(BUSY_PROFILE), "partition")
     require(not pod.refused, f"Pod {pod.name} was refused with a healthy card left: "
@@ -276,10 +289,33 @@ async def card_fails(demo: Demo) -> None:
 
     await demo.until(offered_again, f"card {failing['index']} offered again after the reset",
                      "see logs/allocator.log (card health)")
+    await _health_shown(demo, sorted(told), "Healthy", failing["index"])
     demo.failed_card = (f"card {failing['index']} failed (XID {FAILING_XID}): {len(told)} Pod(s) "
-                        f"told, {pod.name} admitted on card {claim.card}, nothing released; "
-                        "recovered")
+                        f"told and shown Unhealthy in their status, {pod.name} admitted on card "
+                        f"{claim.card}, nothing released; recovered and shown Healthy")
     demo.view.note(f"card {failing['index']} reset (`partkeeper sim recover`) and offered again")
+
+
+async def _health_shown(demo: Demo, names: list[str], word: str, card: int) -> str:
+    """Wait until every named Pod's allocatedResourcesStatus says `word` of all its devices
+    (the simulated kubelet writes it from the plugin's ListAndWatch); one Pod's line."""
+
+    seen: dict[str, str] = {}
+
+    async def every() -> str:
+        ok = True
+        for name in names:
+            entries = await demo.kube.resource_health(name)
+            seen[name] = health_line(name, entries)
+            ok = ok and health_words(entries) == {word}
+        return (seen[names[0]] if names else "no Pod on the card") if ok else ""
+
+    try:
+        shown = await demo.until(every, f"{word} in the status of the Pods on card {card}",
+                                 "see logs/cluster.log (kubelet) and logs/allocator.log")
+    except DemoError as exc:
+        raise DemoError(f"{exc}; last seen: {' | '.join(seen.values())}") from None
+    return str(shown)
 
 
 async def drain(demo: Demo) -> None:

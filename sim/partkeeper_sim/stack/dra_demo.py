@@ -8,6 +8,10 @@ partition and re-publish the slices, and the Pending Pod is placed and runs. `pa
 shows every claim with its ResourceClaim. Every Pod is deleted and the node must end with no
 partition, no claim and every device offered again.
 
+While two Pods run, one card reports a fatal XID: the Pods on it read Unhealthy in their own
+status (`allocatedResourcesStatus`, from the plugin's resource-health stream through the
+simulated kubelet), naming the card and the XID, and Healthy again once the card is reset.
+
 Then one ResourceClaim with a prioritized list (`firstAvailable`: a 3g.40gb, else a 1g.10gb) is
 shared by two Pods whose containers name its request: the scheduler allocates the first
 subrequest (`gpu/p0`), both Pods run on the one partition, the partition outlives the first
@@ -29,12 +33,14 @@ from rich.console import Console
 from partkeeper import status as node_status
 from partkeeper.dra import DRIVER, devices
 from partkeeper_sim.driver import SimDriver
+from partkeeper_sim.stack.kube import health_line, health_words, resource_health
 from partkeeper_sim.stack.launch import Stack
 
 NAMESPACE = "partkeeper-demo"
 MIX = (("big-a", "7g.80gb"), ("big-b", "7g.80gb"), ("small", "1g.10gb"))
 STEP_SECONDS = 45.0
 POLL = 0.05
+FAILING_XID = 48  # a double-bit ECC error: fatal for the card, which keeps answering
 
 
 class DemoFailed(Exception):
@@ -160,15 +166,43 @@ class Demo:
         return up, waiting
 
     async def show_status(self) -> None:
-        doc = await node_status.gather(self.stack.node, (self.stack.nats_url,),
-                                       auth=self.stack.auth)
+        async def with_claims() -> dict[str, Any] | None:
+            doc = await node_status.gather(self.stack.node, (self.stack.nats_url,),
+                                           auth=self.stack.auth)
+            named = any(c["resource_claim"] for card in doc["cards"] for c in card["claims"])
+            return doc if named else None
+
+        doc = await wait_until(with_claims, "partkeeper status showing the claims with their "
+                               "ResourceClaims")
         for card in doc["cards"]:
             for claim in card["claims"]:
                 self.say(f"status: card {card['index']} {claim['profile']} at "
                          f"{claim['start']}+{claim['size']} {claim['state']} for ResourceClaim "
                          f"{claim['resource_claim'] or '-'} (Pod {claim['name']})")
-        if not any(c["resource_claim"] for card in doc["cards"] for c in card["claims"]):
-            raise DemoFailed("partkeeper status shows no claim with its ResourceClaim")
+
+    async def card_fails(self) -> str:
+        """A card with a running Pod reports XID FAILING_XID: the Pod's status shows its device
+        Unhealthy with the card and XID, then Healthy after the reset."""
+        where = await self.placements()
+        up = sorted(await self.running())
+        victim = next(n for n in up if n in where)
+        card = int(where[victim].split("-")[1])  # gpu-<card>-mig-...
+        await self.call(self.driver.fail_card, card, FAILING_XID)
+        self.say(f"card {card} reports XID {FAILING_XID} "
+                 f"(`partkeeper sim fail --card {card} --xid {FAILING_XID}`)")
+
+        async def shown(word: str) -> list[dict[str, Any]] | None:
+            entries = await resource_health(self.core, victim, NAMESPACE)
+            return entries if health_words(entries) == {word} else None
+
+        entries = await wait_until(lambda: shown("Unhealthy"),
+                                   f"{victim}'s status showing its device Unhealthy")
+        self.say(health_line(victim, entries))
+        await self.call(self.driver.recover_card, card)
+        entries = await wait_until(lambda: shown("Healthy"),
+                                   f"{victim}'s status showing its device Healthy again")
+        self.say(f"card {card} reset (`partkeeper sim recover`): {health_line(victim, entries)}")
+        return f"card {card} failed (XID {FAILING_XID}): {victim} shown Unhealthy, then Healthy"
 
     async def free_room(self, up: set[str], waiting: str) -> float:
         # Each running Pod holds a card of its own (two 7g.80gb, or a 7g.80gb and the 1g.10gb
@@ -290,6 +324,7 @@ async def run(stack: Stack, console: Console) -> DraOutcome:
         up, waiting = await demo.submit()
         await demo.show_status()
         took = await demo.free_room(up, waiting)
+        failed_card = await demo.card_fails()
         await demo.clean()
         chose = await SharedStep(demo).run()
         await demo.clean()
@@ -300,6 +335,7 @@ async def run(stack: Stack, console: Console) -> DraOutcome:
             "partkeeper demo summary (DRA mode)",
             f"  Pods submitted {len(MIX)}, placed at once 2, waited Pending 1, failed 0",
             f"  the waiting Pod ran {took:.2f}s after the Pod holding its room was deleted",
+            f"  {failed_card}",
             f"  shared ResourceClaim: {len(SHARERS)} Pods on one partition, kept until the last "
             f"was gone; firstAvailable allocated {chose}",
             f"  {time.monotonic() - started:.1f}s in all; PASSED",

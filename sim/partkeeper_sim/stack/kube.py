@@ -105,11 +105,44 @@ class Kube:
         )
         return [e for e in json.loads(resp.data).get("items") or [] if e.get("type") == "Warning"]
 
+    async def resource_health(self, name: str) -> list[dict[str, Any]]:
+        """The Pod's `status.containerStatuses[].allocatedResourcesStatus` entries, as
+        `kubectl get pod -o yaml` shows them (empty for a Pod that is gone)."""
+        return await resource_health(self.api, name, NAMESPACE)
+
     async def delete(self, name: str) -> None:
         """A graceful delete, as `kubectl delete pod` does."""
         await asyncio.to_thread(
             self.api.delete_namespaced_pod, name, NAMESPACE, _preload_content=False
         )
+
+
+async def resource_health(api: client.CoreV1Api, name: str, namespace: str
+                          ) -> list[dict[str, Any]]:
+    """A Pod's allocatedResourcesStatus entries, read raw from the API server; [] when gone."""
+    try:
+        resp = await asyncio.to_thread(api.read_namespaced_pod, name, namespace,
+                                       _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    statuses = (json.loads(resp.data).get("status") or {}).get("containerStatuses") or []
+    return [e for s in statuses for e in s.get("allocatedResourcesStatus") or []]
+
+
+def health_words(entries: list[dict[str, Any]]) -> set[str]:
+    """Every device health word in `entries`."""
+    return {str(r.get("health")) for e in entries for r in e.get("resources") or []}
+
+
+def health_line(name: str, entries: list[dict[str, Any]]) -> str:
+    """One line for the demo: what the Pod's status says of its devices."""
+    shown = "; ".join(
+        f"{e.get('name')} {r.get('resourceID')} {r.get('health')}"
+        + (f" ({r['message']})" if r.get("message") else "")
+        for e in entries for r in e.get("resources") or [])
+    return f"{name} status.allocatedResourcesStatus: {shown or 'none'}"
 
 
 class PodWatch:

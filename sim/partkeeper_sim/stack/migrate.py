@@ -255,12 +255,20 @@ class Migration(Demo):
         self.say(f"{', '.join(self.restarted)} restarted with PK_MODE=dra; "
                  f"{time.monotonic() - started:.2f}s until the slices were published and kubelet "
                  "reported the old resources at 0")
-        async def in_dra_mode() -> dict[str, Any] | None:
-            doc = await self.status()
-            return doc if doc.get("allocator_mode") == "dra" else None
+        def adopted_in(doc: dict[str, Any]) -> list[dict[str, Any]]:
+            return [c for card in doc["cards"] for c in card["claims"] if c.get("adopted")]
 
-        doc = await wait_until(in_dra_mode, "partkeeper status from the allocator in DRA mode")
-        adopted = [c for card in doc["cards"] for c in card["claims"] if c.get("adopted")]
+        async def in_dra_mode() -> dict[str, Any] | None:
+            # The mode and the adoption come from two writes of the restarted allocator: wait
+            # for both, not for the first status that names the mode.
+            doc = await self.status()
+            if doc.get("allocator_mode") != "dra" or len(adopted_in(doc)) < len(self.old):
+                return None
+            return doc
+
+        doc = await wait_until(in_dra_mode, "partkeeper status from the allocator in DRA mode, "
+                               "every old claim adopted")
+        adopted = adopted_in(doc)
         self.out.adopted = len(adopted)
         for where in await self.offered():
             for old in (o.placement for o in self.old.values()):
