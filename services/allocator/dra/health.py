@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal
@@ -44,21 +44,14 @@ from partkeeper.dra import devices
 from partkeeper.drivers import Card
 from partkeeper.drivers.cardhealth import CardHealth, Fault
 from partkeeper.drivers.profiles import MODELS
-from partkeeper.kubelet import (
-    dra_health_v1_pb2,
-    dra_health_v1_pb2_grpc,
-    dra_health_v1alpha1_pb2,
-    dra_health_v1alpha1_pb2_grpc,
-    dra_health_v1beta1_pb2,
-    dra_health_v1beta1_pb2_grpc,
-)
+from partkeeper.kubelet.drahealth import HEALTH_APIS, HEALTH_SERVICES
 from schemas import Claim
 from services.allocator.core.state import Context
 
 log = logging.getLogger(__name__)
 
 # Newest first: the order a kubelet prefers them in (module docstring).
-SERVICES = ("v1.DRAResourceHealth", "v1beta1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
+SERVICES = HEALTH_SERVICES
 # The kubelet forgets a device's health after 30 s without news; a resend well inside that keeps
 # a quiet node's devices from turning Unknown.
 RESEND_SECONDS = 10.0
@@ -200,11 +193,7 @@ def _servicer(base: type, pb2: ModuleType, feed: HealthFeed, version: str) -> An
     return Servicer()
 
 
-VERSIONS: Mapping[str, tuple[ModuleType, ModuleType]] = {
-    "v1": (dra_health_v1_pb2, dra_health_v1_pb2_grpc),
-    "v1beta1": (dra_health_v1beta1_pb2, dra_health_v1beta1_pb2_grpc),
-    "v1alpha1": (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc),
-}
+VERSIONS = HEALTH_APIS
 
 
 def add_to_server(server: grpc.aio.Server, feed: HealthFeed) -> None:

@@ -25,14 +25,9 @@ from types import ModuleType
 import grpc
 
 from partkeeper.kubelet import (
-    dra_health_v1_pb2,
-    dra_health_v1_pb2_grpc,
-    dra_health_v1alpha1_pb2,
-    dra_health_v1alpha1_pb2_grpc,
-    dra_health_v1beta1_pb2,
-    dra_health_v1beta1_pb2_grpc,
     open_unix_channel,
 )
+from partkeeper.kubelet.drahealth import HEALTH_APIS, service_name
 from partkeeper_sim.kubelet.resourcehealth import (
     DEFAULT_TIMEOUT,
     HEALTHY,
@@ -45,10 +40,7 @@ log = logging.getLogger(__name__)
 
 RETRY_SECONDS = 5.0
 SERVICES: dict[str, tuple[ModuleType, ModuleType]] = {  # newest first
-    "v1.DRAResourceHealth": (dra_health_v1_pb2, dra_health_v1_pb2_grpc),
-    "v1beta1.DRAResourceHealth": (dra_health_v1beta1_pb2, dra_health_v1beta1_pb2_grpc),
-    "v1alpha1.DRAResourceHealth": (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc),
-}
+    service_name(version): modules for version, modules in HEALTH_APIS.items()}
 _WORDS = {0: UNKNOWN, 1: HEALTHY, 2: UNHEALTHY}
 
 Key = tuple[str, str, str]  # driver, pool, device
